@@ -1,0 +1,259 @@
+//! Wiring: turns validated settings into a running mount, and runs the other commands.
+//!
+//! Daemon mode forks *before* any thread exists (no tokio runtime yet), the child mounts, and
+//! reports through a pipe: the parent exits 0 only once the mount is live, or prints the
+//! child's reason and exits 1. Exit codes are decided here and nowhere else.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+use crate::cli::{Cli, Command, MountSettings, SourceSpec};
+use crate::fs::{Fs, FsConfig};
+use crate::fuse::session::{self, MountConfig};
+use crate::store::local::LocalStore;
+use crate::store::Store;
+use crate::view::{View, ViewOptions};
+
+/// Run a parsed command line; returns the process exit code.
+pub fn run(cli: Cli) -> i32 {
+    let result = match cli.command {
+        Command::Mount(args) => match args.settings() {
+            Ok(settings) => mount(settings),
+            Err(message) => Err(anyhow::anyhow!(message)),
+        },
+        Command::Unmount { mountpoint } => unmount(&mountpoint),
+        Command::Inspect { source, json } => inspect(&source, json),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("zarrfs: {e:#}");
+            1
+        }
+    }
+}
+
+fn init_logging(log_file: Option<&Path>) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    match log_file {
+        Some(path) => {
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open log file {}", path.display()))?;
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(file))
+                .init();
+        }
+        None => builder.with_writer(std::io::stderr).init(),
+    }
+    std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
+    Ok(())
+}
+
+/// Open the store a source names.
+fn open_store(source: &SourceSpec) -> Result<Arc<dyn Store>> {
+    match source {
+        SourceSpec::Local(path) => {
+            let store = LocalStore::new(path, false)
+                .with_context(|| format!("cannot open source {}", path.display()))?;
+            Ok(Arc::new(store))
+        }
+    }
+}
+
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(path).with_context(|| format!("{}", path.display()))
+}
+
+/// Check everything that can be checked before forking, so errors reach the user directly.
+fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
+    let SourceSpec::Local(path) = &settings.source;
+    let path = absolute(path).context("source")?;
+    if !path.is_dir() {
+        bail!("source {} is not a directory", path.display());
+    }
+    settings.source = SourceSpec::Local(path);
+    settings.mountpoint = absolute(&settings.mountpoint).context("mountpoint")?;
+    if !settings.mountpoint.is_dir() {
+        bail!(
+            "mountpoint {} is not a directory",
+            settings.mountpoint.display()
+        );
+    }
+    if let Some(log) = &settings.log_file {
+        let parent = log
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        settings.log_file = Some(absolute(parent)?.join(log.file_name().context("log file name")?));
+    }
+    Ok(settings)
+}
+
+fn mount(settings: MountSettings) -> Result<()> {
+    let settings = prepare(settings)?;
+    if settings.foreground {
+        init_logging(settings.log_file.as_deref())?;
+        return serve(&settings, |_| {});
+    }
+    daemonize(settings)
+}
+
+/// Build the runtime and the filesystem, mount, report, and serve until unmounted.
+fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("zarrfs-io")
+        .build()?;
+    let store = open_store(&settings.source)?;
+    let options = ViewOptions {
+        mode: settings.view,
+        index_cache_bytes: settings.cache_bytes,
+        metadata_ttl: settings.metadata_ttl,
+    };
+    let view = View::new(store, &options);
+    let fs = Arc::new(Fs::new(
+        view,
+        FsConfig {
+            uid: settings.uid,
+            gid: settings.gid,
+            attr_ttl: settings.metadata_ttl.max(Duration::from_millis(100)),
+        },
+    ));
+    let SourceSpec::Local(path) = &settings.source;
+    let cfg = MountConfig {
+        read_only: true,
+        allow_other: settings.allow_other,
+        fsname: format!("zarrfs:{}", path.display()),
+        threads: 4,
+    };
+    let mounted = match session::mount(fs, runtime.handle().clone(), &settings.mountpoint, &cfg) {
+        Ok(m) => m,
+        Err(e) => {
+            let message = format!("cannot mount {}: {e}", settings.mountpoint.display());
+            report(Err(message.clone()));
+            bail!(message);
+        }
+    };
+    tracing::info!(source = %path.display(), mountpoint = %settings.mountpoint.display(), "mounted");
+    report(Ok(()));
+    mounted.serve(runtime.handle())?;
+    tracing::info!("unmounted");
+    // Requests still running hold nothing worth waiting for once the kernel has let go.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    Ok(())
+}
+
+fn daemonize(settings: MountSettings) -> Result<()> {
+    let (reader, writer) = nix::unistd::pipe().context("pipe")?;
+    // SAFETY: no other thread exists yet: no runtime has been built and nothing else spawns.
+    match unsafe { nix::unistd::fork() }.context("fork")? {
+        nix::unistd::ForkResult::Parent { .. } => {
+            drop(writer);
+            wait_for_child(reader)
+        }
+        nix::unistd::ForkResult::Child => {
+            drop(reader);
+            let code = match daemon_child(&settings, writer) {
+                Ok(()) => 0,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+    }
+}
+
+fn wait_for_child(reader: OwnedFd) -> Result<()> {
+    let mut message = String::new();
+    std::fs::File::from(reader)
+        .read_to_string(&mut message)
+        .ok();
+    match message.strip_prefix("ok") {
+        Some(_) => Ok(()),
+        None if message.is_empty() => bail!("the daemon exited before the mount was live"),
+        None => bail!("{}", message.trim_start_matches("error: ").trim()),
+    }
+}
+
+fn daemon_child(settings: &MountSettings, writer: OwnedFd) -> Result<()> {
+    let mut pipe = std::fs::File::from(writer);
+    if let Err(e) = detach(settings.log_file.as_deref()) {
+        let _ = write!(pipe, "error: {e:#}");
+        return Err(e);
+    }
+    serve(settings, move |outcome| {
+        let _ = match outcome {
+            Ok(()) => write!(pipe, "ok"),
+            Err(message) => write!(pipe, "error: {message}"),
+        };
+        drop(pipe);
+    })
+}
+
+/// New session, working directory `/`, standard streams to /dev/null, logging to the log file.
+fn detach(log_file: Option<&Path>) -> Result<()> {
+    nix::unistd::setsid().context("setsid")?;
+    std::env::set_current_dir("/")?;
+    let null = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    for fd in [0, 1, 2] {
+        // SAFETY: dup2 onto the standard descriptors of this single-threaded child.
+        if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
+            bail!("dup2: {}", std::io::Error::last_os_error());
+        }
+    }
+    match log_file {
+        Some(path) => init_logging(Some(path)),
+        None => Ok(()),
+    }
+}
+
+fn unmount(mountpoint: &Path) -> Result<()> {
+    match nix::mount::umount(mountpoint) {
+        Ok(()) => return Ok(()),
+        Err(nix::errno::Errno::EPERM) => {}
+        Err(e) => bail!("cannot unmount {}: {e}", mountpoint.display()),
+    }
+    let status = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(mountpoint)
+        .status()
+        .context("cannot run fusermount3")?;
+    if !status.success() {
+        bail!("fusermount3 -u {} failed", mountpoint.display());
+    }
+    Ok(())
+}
+
+fn inspect(source: &str, json: bool) -> Result<()> {
+    let spec = SourceSpec::parse(source).map_err(|m| anyhow::anyhow!(m))?;
+    let store = open_store(&spec)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(crate::inspect::inspect(store))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! The command line (clap derive), converted once into plain configuration structs so the
+//! rest of the program never sees clap types.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::view::ViewMode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "zarrfs",
+    version,
+    about = "Mount sharded Zarr hierarchies as plain, unsharded directory trees"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Mount SOURCE (a directory or file:// URL) at MOUNTPOINT.
+    Mount(MountArgs),
+    /// Unmount a zarrfs mount.
+    Unmount { mountpoint: PathBuf },
+    /// Print the hierarchy: arrays, sharding, shard and chunk counts, and problems found.
+    Inspect {
+        source: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ViewArg {
+    /// Sharded arrays appear unsharded: one file per inner chunk.
+    Unsharded,
+    /// The store exactly as it is.
+    Raw,
+}
+
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// A local directory or a file:// URL.
+    pub source: String,
+    /// An existing directory to mount on.
+    pub mountpoint: PathBuf,
+
+    /// Stay in the foreground and log to stderr (for systemd and debugging).
+    #[arg(short, long, help_heading = "Process")]
+    pub foreground: bool,
+    /// Append log lines to this file (default: stderr in the foreground, nowhere otherwise).
+    #[arg(long, value_name = "PATH", help_heading = "Process")]
+    pub log_file: Option<PathBuf>,
+
+    /// Refuse every change (this version is always read-only).
+    #[arg(long, help_heading = "View")]
+    pub read_only: bool,
+    /// How sharded arrays are shown.
+    #[arg(long, value_enum, default_value_t = ViewArg::Unsharded, help_heading = "View")]
+    pub view: ViewArg,
+
+    /// Let other users access the mount.
+    #[arg(long, help_heading = "Access")]
+    pub allow_other: bool,
+    /// Owner shown for every file (default: the user running zarrfs).
+    #[arg(long, value_name = "N", help_heading = "Access")]
+    pub uid: Option<u32>,
+    /// Group shown for every file (default: the group running zarrfs).
+    #[arg(long, value_name = "N", help_heading = "Access")]
+    pub gid: Option<u32>,
+
+    /// Memory for decoded shard indexes, in bytes (suffixes K, M, G allowed).
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size, help_heading = "Caching")]
+    pub cache_size: u64,
+    /// Seconds for which metadata and shard indexes are trusted before being checked again.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 1.0,
+        help_heading = "Caching"
+    )]
+    pub metadata_ttl: f64,
+}
+
+/// `123`, `64K`, `64M`, `2G` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, shift) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("size too large: {s:?}"))
+}
+
+/// Where the data comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSpec {
+    Local(PathBuf),
+}
+
+impl SourceSpec {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.split_once("://") {
+            None => Ok(SourceSpec::Local(PathBuf::from(s))),
+            Some(("file", path)) if path.starts_with('/') => Ok(SourceSpec::Local(PathBuf::from(path))),
+            Some(("file", _)) => Err(format!("{s}: a file:// URL needs an absolute path (file:///data/x.zarr)")),
+            Some((scheme, _)) => Err(format!(
+                "{s}: {scheme}:// sources are not supported yet; this version mounts local directories (a path or file:///path)"
+            )),
+        }
+    }
+}
+
+/// Everything a mount needs, validated.
+#[derive(Debug, Clone)]
+pub struct MountSettings {
+    pub source: SourceSpec,
+    pub mountpoint: PathBuf,
+    pub foreground: bool,
+    pub log_file: Option<PathBuf>,
+    pub view: ViewMode,
+    pub allow_other: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub cache_bytes: usize,
+    pub metadata_ttl: Duration,
+}
+
+impl MountArgs {
+    pub fn settings(self) -> Result<MountSettings, String> {
+        let source = SourceSpec::parse(&self.source)?;
+        if !(self.metadata_ttl.is_finite() && self.metadata_ttl >= 0.0) {
+            return Err(format!(
+                "--metadata-ttl {}: must be a non-negative number of seconds",
+                self.metadata_ttl
+            ));
+        }
+        Ok(MountSettings {
+            source,
+            mountpoint: self.mountpoint,
+            foreground: self.foreground,
+            log_file: self.log_file,
+            view: match self.view {
+                ViewArg::Unsharded => ViewMode::Unsharded,
+                ViewArg::Raw => ViewMode::Raw,
+            },
+            allow_other: self.allow_other,
+            uid: self.uid.unwrap_or_else(|| nix::unistd::getuid().as_raw()),
+            gid: self.gid.unwrap_or_else(|| nix::unistd::getgid().as_raw()),
+            cache_bytes: usize::try_from(self.cache_size).unwrap_or(usize::MAX),
+            metadata_ttl: Duration::from_secs_f64(self.metadata_ttl.min(1e9)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("123"), Ok(123));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn sources() {
+        assert_eq!(
+            SourceSpec::parse("/a/b"),
+            Ok(SourceSpec::Local("/a/b".into()))
+        );
+        assert_eq!(
+            SourceSpec::parse("file:///a/b"),
+            Ok(SourceSpec::Local("/a/b".into()))
+        );
+        assert!(SourceSpec::parse("s3://bucket/x")
+            .unwrap_err()
+            .contains("not supported"));
+        assert!(SourceSpec::parse("file://relative").is_err());
+    }
+}

@@ -1,0 +1,132 @@
+//! Errors of filesystem operations and the one place where every error becomes an errno.
+//!
+//! Each error also knows how loudly to log: expected misses (a lookup of a name that does not
+//! exist) at debug level; corrupt stored data as a warning naming the key and the reason,
+//! once per distinct message so a damaged shard read by a thousand requests logs one line.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use thiserror::Error;
+
+use crate::shard::ShardError;
+use crate::store::StoreError;
+use crate::view::ViewError;
+
+#[derive(Debug, Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("not a directory")]
+    NotADirectory,
+    #[error("is a directory")]
+    IsADirectory,
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("invalid name")]
+    InvalidName,
+    #[error("stale file handle")]
+    BadHandle,
+    #[error("no such attribute")]
+    NoAttribute,
+    #[error(transparent)]
+    View(#[from] ViewError),
+}
+
+impl From<StoreError> for FsError {
+    fn from(e: StoreError) -> Self {
+        FsError::View(ViewError::Store(e))
+    }
+}
+
+impl From<ShardError> for FsError {
+    fn from(e: ShardError) -> Self {
+        FsError::View(ViewError::Shard(e))
+    }
+}
+
+fn store_errno(e: &StoreError) -> i32 {
+    match e {
+        StoreError::InvalidKey { .. } => libc::EINVAL,
+        StoreError::VersionMismatch { .. } => libc::ESTALE,
+        StoreError::Io { .. } => libc::EIO,
+        StoreError::PermissionDenied { .. } => libc::EACCES,
+        StoreError::ReadOnly => libc::EROFS,
+        StoreError::Unsupported(_) => libc::ENOTSUP,
+        StoreError::IsDirectory { .. } => libc::EISDIR,
+    }
+}
+
+impl FsError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::NotFound => libc::ENOENT,
+            FsError::NotADirectory | FsError::View(ViewError::NotADirectory(_)) => libc::ENOTDIR,
+            FsError::IsADirectory | FsError::View(ViewError::IsADirectory) => libc::EISDIR,
+            FsError::ReadOnly => libc::EROFS,
+            FsError::InvalidName => libc::EINVAL,
+            FsError::BadHandle => libc::EBADF,
+            FsError::NoAttribute => libc::ENODATA,
+            FsError::View(ViewError::Store(e))
+            | FsError::View(ViewError::Shard(ShardError::Store(e))) => store_errno(e),
+            FsError::View(ViewError::Shard(ShardError::Corrupt { .. })) => libc::EIO,
+            FsError::View(ViewError::Shard(ShardError::Unstable { .. })) => libc::ESTALE,
+        }
+    }
+
+    /// Whether this is a failure worth a warning rather than an expected outcome.
+    fn is_loud(&self) -> bool {
+        matches!(self.errno(), libc::EIO | libc::ESTALE | libc::EACCES)
+    }
+}
+
+/// Logs operation failures, each distinct loud message once.
+#[derive(Debug, Default)]
+pub struct ErrorLog {
+    seen: Mutex<HashSet<String>>,
+}
+
+/// Distinct loud messages remembered before the memory is reset.
+const SEEN_LIMIT: usize = 4096;
+
+impl ErrorLog {
+    pub fn record(&self, op: &str, path: &str, e: &FsError) {
+        if !e.is_loud() {
+            tracing::debug!(op, path, error = %e);
+            return;
+        }
+        let message = e.to_string();
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() >= SEEN_LIMIT {
+            seen.clear();
+        }
+        if seen.insert(message.clone()) {
+            tracing::warn!(op, path, "{message}");
+        } else {
+            tracing::debug!(op, path, "{message}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errnos_keep_their_meaning() {
+        assert_eq!(FsError::NotFound.errno(), libc::ENOENT);
+        assert_eq!(FsError::ReadOnly.errno(), libc::EROFS);
+        let corrupt = FsError::from(ShardError::corrupt("a/c/0", "crc32c mismatch"));
+        assert_eq!(corrupt.errno(), libc::EIO);
+        assert!(corrupt.to_string().contains("a/c/0") && corrupt.to_string().contains("crc32c"));
+        let stale = FsError::from(StoreError::VersionMismatch {
+            key: "k".into(),
+            expected: "v".into(),
+        });
+        assert_eq!(stale.errno(), libc::ESTALE);
+        assert_eq!(
+            FsError::from(StoreError::PermissionDenied { key: "k".into() }).errno(),
+            libc::EACCES
+        );
+    }
+}

@@ -1,0 +1,349 @@
+//! Filesystem operations, without fuser types: what each FUSE request does.
+//!
+//! [`Fs`] turns inode numbers into view paths (through the inode table), asks the view, and
+//! returns plain attributes, bytes and listings. Every mutation is refused with EROFS until the
+//! write path exists. Errors are [`FsError`]s; the errno mapping and its logging live in
+//! [`error`]. The FUSE adapter in `fuse/` only translates requests and replies.
+
+pub mod error;
+pub mod handles;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+pub use error::{ErrorLog, FsError};
+use handles::{DirHandle, FileHandle, HandleTable, SNAPSHOT_LIMIT};
+
+use crate::store::ByteRange;
+use crate::view::inodes::{InodeTable, ROOT_INO};
+use crate::view::{Node, Source, View};
+
+pub type FsResult<T> = Result<T, FsError>;
+
+/// The name of the extended attribute that tells where a file's bytes are stored.
+pub const XATTR_SOURCE: &str = "user.zarrfs.source";
+
+#[derive(Debug, Clone)]
+pub struct FsConfig {
+    pub uid: u32,
+    pub gid: u32,
+    /// How long the kernel may cache entries and attributes.
+    pub attr_ttl: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+}
+
+/// Attributes of a node as the kernel sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// One entry of a directory listing, at position `offset` (the offset to resume after it).
+#[derive(Debug, Clone)]
+pub struct DirItem {
+    pub name: String,
+    pub path: String,
+    pub offset: u64,
+    pub node: Option<Node>,
+    pub kind: FileKind,
+    /// Known inode (for `.` and `..`).
+    pub ino: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+#[derive(Debug)]
+pub struct Fs {
+    view: View,
+    inodes: InodeTable,
+    files: HandleTable<FileHandle>,
+    dirs: HandleTable<DirHandle>,
+    config: FsConfig,
+    mounted_at: SystemTime,
+    errors: ErrorLog,
+}
+
+fn child_path(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_string()
+    } else {
+        format!("{parent}/{name}")
+    }
+}
+
+fn parent_path(path: &str) -> &str {
+    path.rfind('/').map_or("", |i| &path[..i])
+}
+
+/// Names the kernel may hand us that can never be a child in the view.
+fn validate_name(name: &str) -> FsResult<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(FsError::InvalidName);
+    }
+    Ok(())
+}
+
+impl Fs {
+    pub fn new(view: View, config: FsConfig) -> Self {
+        Fs {
+            view,
+            inodes: InodeTable::new(),
+            files: HandleTable::default(),
+            dirs: HandleTable::default(),
+            config,
+            mounted_at: SystemTime::now(),
+            errors: ErrorLog::default(),
+        }
+    }
+
+    pub fn config(&self) -> &FsConfig {
+        &self.config
+    }
+
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// Log a failed operation (at the level its error deserves) and hand the errno back.
+    pub fn fail(&self, op: &str, ino: u64, e: &FsError) -> i32 {
+        let path = self.inodes.path(ino);
+        self.errors.record(op, path.as_deref().unwrap_or("?"), e);
+        e.errno()
+    }
+
+    fn path_of(&self, ino: u64) -> FsResult<Arc<str>> {
+        self.inodes.path(ino).ok_or(FsError::BadHandle)
+    }
+
+    pub fn attr(&self, ino: u64, node: &Node) -> Attr {
+        let mtime = node
+            .mtime_ns
+            .and_then(|ns| u64::try_from(ns).ok())
+            .map(|ns| UNIX_EPOCH + Duration::from_nanos(ns))
+            .unwrap_or(self.mounted_at);
+        let (kind, perm, nlink) = if node.is_dir() {
+            (FileKind::Dir, 0o555, 2)
+        } else {
+            (FileKind::File, 0o444, 1)
+        };
+        Attr {
+            ino,
+            kind,
+            size: node.size,
+            mtime,
+            perm,
+            nlink,
+            uid: self.config.uid,
+            gid: self.config.gid,
+        }
+    }
+
+    async fn node(&self, path: &str) -> FsResult<Node> {
+        self.view.lookup(path).await?.ok_or(FsError::NotFound)
+    }
+
+    /// Look a name up in a directory; counts one kernel lookup of the returned inode.
+    pub async fn lookup(&self, parent: u64, name: &str) -> FsResult<Attr> {
+        validate_name(name)?;
+        let parent_path = self.path_of(parent)?;
+        let path = child_path(&parent_path, name);
+        let node = self.node(&path).await?;
+        let ino = self.inodes.lookup(&path);
+        Ok(self.attr(ino, &node))
+    }
+
+    pub fn forget(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n);
+    }
+
+    pub async fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        let path = self.path_of(ino)?;
+        let node = self.node(&path).await?;
+        Ok(self.attr(ino, &node))
+    }
+
+    /// Open a file. Any access mode that could write is refused.
+    pub async fn open(&self, ino: u64, write: bool) -> FsResult<u64> {
+        if write {
+            return Err(FsError::ReadOnly);
+        }
+        let path = self.path_of(ino)?;
+        let node = self.node(&path).await?;
+        if node.is_dir() {
+            return Err(FsError::IsADirectory);
+        }
+        Ok(self.files.insert(FileHandle {
+            path,
+            node,
+            snapshot: tokio::sync::Mutex::new(None),
+        }))
+    }
+
+    pub async fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Bytes> {
+        let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
+        let len = u64::from(size);
+        let snapshotted = matches!(handle.node.source, Source::Chunk { .. })
+            && handle.node.size <= SNAPSHOT_LIMIT;
+        if !snapshotted {
+            return Ok(self.view.read(&handle.node, offset, len).await?);
+        }
+        let mut snapshot = handle.snapshot.lock().await;
+        if snapshot.is_none() {
+            *snapshot = Some(self.view.read(&handle.node, 0, SNAPSHOT_LIMIT).await?);
+        }
+        let whole = snapshot.as_ref().cloned().unwrap_or_default();
+        let (start, end) = ByteRange::Range {
+            offset,
+            length: len,
+        }
+        .resolve(whole.len() as u64);
+        Ok(whole.slice(start as usize..end as usize))
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.files.remove(fh);
+    }
+
+    /// Open a directory: its listing is taken now and read from the handle.
+    pub async fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let path = self.path_of(ino)?;
+        let node = self.node(&path).await?;
+        if !node.is_dir() {
+            return Err(FsError::NotADirectory);
+        }
+        let entries = self.view.list(&path).await?;
+        Ok(self.dirs.insert(DirHandle { path, entries }))
+    }
+
+    /// Entries from `offset` on: `.` and `..` first, then the listing.
+    pub fn readdir(&self, ino: u64, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
+        let handle = self.dirs.get(fh).ok_or(FsError::BadHandle)?;
+        let parent = parent_path(&handle.path);
+        let parent_ino = self.inodes.peek(parent).unwrap_or(ROOT_INO);
+        let dot = |name: &str, path: &str, ino| DirItem {
+            name: name.to_string(),
+            path: path.to_string(),
+            offset: 0,
+            node: None,
+            kind: FileKind::Dir,
+            ino: Some(ino),
+        };
+        let dots = [dot(".", &handle.path, ino), dot("..", parent, parent_ino)];
+        let entries = handle.entries.iter().map(|(name, node)| DirItem {
+            name: name.clone(),
+            path: child_path(&handle.path, name),
+            offset: 0,
+            kind: if node.is_dir() {
+                FileKind::Dir
+            } else {
+                FileKind::File
+            },
+            node: Some(node.clone()),
+            ino: None,
+        });
+        Ok(dots
+            .into_iter()
+            .chain(entries)
+            .enumerate()
+            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+            .map(|(i, mut item)| {
+                item.offset = i as u64 + 1;
+                item
+            })
+            .collect())
+    }
+
+    /// The inode number of a listed entry. With `count` (readdirplus hands the kernel an
+    /// entry) one lookup is counted; plain readdir only reports a number, which for a name the
+    /// kernel has not looked up is a stable hash of its path outside the table's range.
+    pub fn entry_ino(&self, item: &DirItem, count: bool) -> u64 {
+        if let Some(ino) = item.ino {
+            return ino;
+        }
+        if count {
+            return self.inodes.lookup(&item.path);
+        }
+        self.inodes.peek(&item.path).unwrap_or_else(|| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            item.path.hash(&mut h);
+            h.finish() | (1 << 63)
+        })
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.remove(fh);
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        StatFs {
+            blocks: 0,
+            bfree: 0,
+            bavail: 0,
+            files: self.inodes.len() as u64,
+            ffree: 0,
+            bsize: 4096,
+            namelen: 255,
+            frsize: 4096,
+        }
+    }
+
+    /// Where a file's bytes come from, as text.
+    async fn source_text(&self, ino: u64) -> FsResult<String> {
+        let path = self.path_of(ino)?;
+        let node = self.node(&path).await?;
+        match &node.source {
+            Source::Dir => Err(FsError::NoAttribute),
+            Source::Stored { key } => Ok(format!("stored {key}")),
+            Source::Memory(_) => Ok("rewritten metadata".to_string()),
+            Source::Chunk { array, coords } => {
+                let loc = array.locate(coords).await?.ok_or(FsError::NotFound)?;
+                Ok(format!(
+                    "shard {} offset {} length {}",
+                    loc.shard_key, loc.offset, loc.nbytes
+                ))
+            }
+        }
+    }
+
+    pub async fn getxattr(&self, ino: u64, name: &str) -> FsResult<Vec<u8>> {
+        if name != XATTR_SOURCE {
+            return Err(FsError::NoAttribute);
+        }
+        Ok(self.source_text(ino).await?.into_bytes())
+    }
+
+    /// Names of the extended attributes, NUL-terminated, as `listxattr` returns them.
+    pub async fn listxattr(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let path = self.path_of(ino)?;
+        let node = self.node(&path).await?;
+        if node.is_dir() {
+            return Ok(Vec::new());
+        }
+        Ok(format!("{XATTR_SOURCE}\0").into_bytes())
+    }
+}

@@ -1,0 +1,4 @@
+//! The FUSE boundary: the fuser adapter ([`adapter`]) and the mount session ([`session`]).
+
+pub mod adapter;
+pub mod session;

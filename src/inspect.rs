@@ -1,0 +1,208 @@
+//! `zarrfs inspect`: walk a hierarchy and report every array, its sharding, how many shards and
+//! non-empty inner chunks it has, and the problems found on the way (unreadable metadata,
+//! sharding that cannot be unsharded, corrupt shards). It reads every shard index, so it is
+//! also a health check.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use serde_json::{json, Value};
+
+use crate::shard::{IndexCache, ShardOptions, ShardedArray};
+use crate::store::key::dir_prefix;
+use crate::store::{EntryKind, GetOptions, Store};
+use crate::zarr::metadata::{parse_zarr_json, ArrayMetadata, NodeMetadata};
+use crate::zarr::sharding::{analyse, Sharding};
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub groups: Vec<String>,
+    pub arrays: Vec<ArrayReport>,
+    /// Problems not tied to a readable array (e.g. malformed metadata).
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct ArrayReport {
+    pub path: String,
+    pub meta: ArrayMetadata,
+    /// Stored chunk (shard) shape when sharded and shown unsharded.
+    pub shard_shape: Option<Vec<u64>>,
+    /// The chunk shape and codec names of the view.
+    pub chunk_shape: Vec<u64>,
+    pub codecs: Vec<String>,
+    pub shards: u64,
+    pub inner_chunks: u64,
+    pub problems: Vec<String>,
+}
+
+pub async fn inspect(store: Arc<dyn Store>) -> Result<Report> {
+    let mut report = Report::default();
+    let mut pending = vec![String::new()];
+    while let Some(dir) = pending.pop() {
+        let key = format!("{}zarr.json", dir_prefix(&dir));
+        if let Some(got) = store.get(&key, GetOptions::default()).await? {
+            match parse_zarr_json(&got.bytes) {
+                Ok(NodeMetadata::Array(meta)) => {
+                    report.arrays.push(inspect_array(&store, &dir, meta).await);
+                    continue; // nothing below an array is a node
+                }
+                Ok(NodeMetadata::Group { .. }) => report.groups.push(dir.clone()),
+                Err(e) => report.problems.push(format!("{key}: {e}")),
+            }
+        }
+        for entry in store.list_dir(&dir_prefix(&dir)).await? {
+            if entry.kind == EntryKind::Dir {
+                pending.push(format!("{}{}", dir_prefix(&dir), entry.name));
+            }
+        }
+    }
+    report.groups.sort();
+    report.arrays.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(report)
+}
+
+async fn inspect_array(store: &Arc<dyn Store>, dir: &str, meta: ArrayMetadata) -> ArrayReport {
+    let mut r = ArrayReport {
+        path: dir.to_string(),
+        chunk_shape: meta.chunk_shape.clone(),
+        codecs: meta.codecs.iter().map(|c| c.name.clone()).collect(),
+        shard_shape: None,
+        shards: 0,
+        inner_chunks: 0,
+        problems: Vec::new(),
+        meta,
+    };
+    let layout = match analyse(&r.meta) {
+        Sharding::None => {
+            count_unsharded(store, dir, &mut r).await;
+            return r;
+        }
+        Sharding::Unsupported(reason) => {
+            r.problems
+                .push(format!("shown as stored, not unsharded: {reason}"));
+            count_unsharded(store, dir, &mut r).await;
+            return r;
+        }
+        Sharding::Sharded(layout) => layout,
+    };
+    r.shard_shape = Some(r.meta.chunk_shape.clone());
+    r.chunk_shape = layout.inner_chunk_shape.clone();
+    r.codecs = layout.inner_codecs.iter().map(|c| c.name.clone()).collect();
+    let cache = Arc::new(IndexCache::new(16 << 20));
+    let array = match ShardedArray::new(
+        store.clone(),
+        dir_prefix(dir),
+        &r.meta,
+        layout,
+        cache,
+        ShardOptions::default(),
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            r.problems.push(e.to_string());
+            return r;
+        }
+    };
+    let shards = match array.stored_shards().await {
+        Ok(s) => s,
+        Err(e) => {
+            r.problems.push(e.to_string());
+            return r;
+        }
+    };
+    r.shards = shards.len() as u64;
+    for shard in shards {
+        match array.chunks_of_shard(&shard).await {
+            Ok(chunks) => r.inner_chunks += chunks.len() as u64,
+            Err(e) => r.problems.push(e.to_string()),
+        }
+    }
+    r
+}
+
+/// Chunks of an array shown as stored: the keys its chunk key encoding decodes.
+async fn count_unsharded(store: &Arc<dyn Store>, dir: &str, r: &mut ArrayReport) {
+    let prefix = dir_prefix(dir);
+    match store.list_prefix(&prefix).await {
+        Ok(keys) => {
+            let ndim = r.meta.ndim();
+            let encoding = r.meta.chunk_key_encoding;
+            r.inner_chunks = keys
+                .iter()
+                .filter_map(|k| k.strip_prefix(&prefix))
+                .filter(|rel| encoding.decode(rel, ndim).is_some())
+                .count() as u64;
+        }
+        Err(e) => r.problems.push(e.to_string()),
+    }
+}
+
+impl Report {
+    pub fn to_json(&self) -> Value {
+        let arrays: Vec<Value> = self
+            .arrays
+            .iter()
+            .map(|a| {
+                json!({
+                    "path": a.path,
+                    "shape": a.meta.shape,
+                    "data_type": a.meta.data_type,
+                    "chunk_shape": a.chunk_shape,
+                    "shard_shape": a.shard_shape,
+                    "codecs": a.codecs,
+                    "sharded": a.shard_shape.is_some(),
+                    "shards": a.shards,
+                    "inner_chunks": a.inner_chunks,
+                    "problems": a.problems,
+                })
+            })
+            .collect();
+        json!({ "arrays": arrays, "groups": self.groups, "problems": self.problems })
+    }
+
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let name = |p: &str| {
+            if p.is_empty() {
+                "/".to_string()
+            } else {
+                format!("/{p}")
+            }
+        };
+        for g in &self.groups {
+            out.push_str(&format!("group {}\n", name(g)));
+        }
+        for a in &self.arrays {
+            out.push_str(&format!("array {}\n", name(&a.path)));
+            out.push_str(&format!(
+                "  shape       {:?}  {}\n",
+                a.meta.shape, a.meta.data_type
+            ));
+            match &a.shard_shape {
+                Some(shard) => {
+                    out.push_str(&format!(
+                        "  shards      {:?}  ({} stored)\n",
+                        shard, a.shards
+                    ));
+                    out.push_str(&format!(
+                        "  chunks      {:?}  ({} non-empty)\n",
+                        a.chunk_shape, a.inner_chunks
+                    ));
+                }
+                None => out.push_str(&format!(
+                    "  chunks      {:?}  ({} stored, not sharded)\n",
+                    a.chunk_shape, a.inner_chunks
+                )),
+            }
+            out.push_str(&format!("  codecs      {}\n", a.codecs.join(", ")));
+            for p in &a.problems {
+                out.push_str(&format!("  PROBLEM     {p}\n"));
+            }
+        }
+        for p in &self.problems {
+            out.push_str(&format!("PROBLEM {p}\n"));
+        }
+        out
+    }
+}

@@ -1,0 +1,17 @@
+//! zarrfs: mount sharded Zarr hierarchies as plain, unsharded directory trees.
+//!
+//! Layers, top to bottom: [`fuse`] (thin fuser adapter) → [`fs`] (operations) → [`view`]
+//! (namespace, metadata rewriting) → [`shard`] (sharding transformer) → [`store`] (abstract
+//! store interface and backends). [`zarr`] is pure format code used by all of them. The
+//! command line lives in [`cli`], [`app`] wires a configuration into a running mount, and
+//! [`inspect`] reports on a hierarchy.
+
+pub mod app;
+pub mod cli;
+pub mod fs;
+pub mod fuse;
+pub mod inspect;
+pub mod shard;
+pub mod store;
+pub mod view;
+pub mod zarr;

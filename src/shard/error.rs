@@ -1,0 +1,31 @@
+//! Errors of the sharding transformer.
+
+use thiserror::Error;
+
+use crate::store::StoreError;
+use crate::zarr::ZarrError;
+
+#[derive(Debug, Error)]
+pub enum ShardError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Stored bytes that cannot be a valid shard: names the shard key and the reason.
+    #[error("corrupt shard {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    /// The shard kept changing while being read, beyond the retry budget.
+    #[error("shard {key} changed repeatedly while being read")]
+    Unstable { key: String },
+}
+
+impl ShardError {
+    pub fn corrupt(key: &str, reason: impl std::fmt::Display) -> Self {
+        ShardError::Corrupt {
+            key: key.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    pub fn from_zarr(key: &str, e: ZarrError) -> Self {
+        Self::corrupt(key, e)
+    }
+}

@@ -1,0 +1,240 @@
+//! Listing the chunk tree of a sharded array.
+//!
+//! With `/` separators the chunk keys form directories. A directory of chunk *prefixes* is
+//! listed from shard existence alone (one `list_dir` of the matching shard directory): each
+//! existing shard coordinate `s` contributes the inner coordinates `s*k .. (s+1)*k` (clipped to
+//! the grid). The last directory level holds chunk files and is exact: every candidate inner
+//! chunk is located through the (cached) shard indexes. With `.` separators every chunk file
+//! sits in the array directory itself, listed shard by shard.
+
+use super::{ChunkLocation, ShardError, ShardedArray};
+use crate::store::{DirEntry, EntryKind};
+use crate::zarr::key_encoding::{ChunkKeyEncoding, Separator};
+
+/// A coordinate written canonically: decimal digits, no sign, no leading zero.
+fn parse_coord(s: &str) -> Option<u64> {
+    let canonical =
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+    if canonical {
+        s.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Every coordinate tuple in the box `[lo, hi)`, in C order.
+fn box_coords(lo: &[u64], hi: &[u64]) -> Vec<Vec<u64>> {
+    if lo.iter().zip(hi).any(|(l, h)| l >= h) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut cur = lo.to_vec();
+    loop {
+        out.push(cur.clone());
+        let mut dim = cur.len();
+        loop {
+            if dim == 0 {
+                return out;
+            }
+            dim -= 1;
+            cur[dim] += 1;
+            if cur[dim] < hi[dim] {
+                break;
+            }
+            cur[dim] = lo[dim];
+        }
+    }
+}
+
+fn file(name: String, size: u64, mtime_ns: Option<i128>) -> DirEntry {
+    DirEntry::file(name, size, mtime_ns)
+}
+
+impl ShardedArray {
+    fn slash(&self) -> bool {
+        self.encoding.separator() == '/'
+    }
+
+    /// Store prefix of the directory holding shards whose leading coordinates are `shard_prefix`
+    /// (only meaningful with `/` separators).
+    fn shard_dir(&self, shard_prefix: &[u64]) -> String {
+        let mut dir = self.prefix.clone();
+        if matches!(self.encoding, ChunkKeyEncoding::Default(_)) {
+            dir.push_str("c/");
+        }
+        for c in shard_prefix {
+            dir.push_str(&c.to_string());
+            dir.push('/');
+        }
+        dir
+    }
+
+    fn shard_prefix_of(&self, prefix: &[u64]) -> Vec<u64> {
+        prefix
+            .iter()
+            .zip(&self.per_shard)
+            .map(|(i, k)| i / k)
+            .collect()
+    }
+
+    fn prefix_in_grid(&self, prefix: &[u64]) -> bool {
+        prefix.len() < self.ndim() && prefix.iter().zip(&self.inner_grid).all(|(i, g)| i < g)
+    }
+
+    /// The inner coordinates along `dim` that shard coordinate `s` covers, clipped to the grid.
+    fn covered(&self, dim: usize, s: u64) -> std::ops::Range<u64> {
+        let k = self.per_shard[dim];
+        let start = s.saturating_mul(k).min(self.inner_grid[dim]);
+        start
+            ..s.saturating_add(1)
+                .saturating_mul(k)
+                .min(self.inner_grid[dim])
+    }
+
+    /// Whether the chunk directory with these leading coordinates exists (`/` separators).
+    pub async fn dir_exists(&self, prefix: &[u64]) -> Result<bool, ShardError> {
+        if !self.slash() || !self.prefix_in_grid(prefix) {
+            return Ok(false);
+        }
+        let entries = self
+            .store
+            .list_dir(&self.shard_dir(&self.shard_prefix_of(prefix)))
+            .await?;
+        Ok(!entries.is_empty())
+    }
+
+    /// Chunk-tree entries of the array directory itself.
+    pub async fn list_array_dir(&self) -> Result<Vec<DirEntry>, ShardError> {
+        match self.encoding {
+            ChunkKeyEncoding::Default(Separator::Slash) if self.ndim() > 0 => {
+                let exists = self.dir_exists(&[]).await?;
+                Ok(if exists {
+                    vec![DirEntry::dir("c")]
+                } else {
+                    vec![]
+                })
+            }
+            ChunkKeyEncoding::V2(Separator::Slash) if self.ndim() > 0 => {
+                self.list_chunk_dir(&[]).await
+            }
+            _ => self.list_flat().await,
+        }
+    }
+
+    /// Entries of the chunk directory with leading coordinates `prefix` (`/` separators).
+    pub async fn list_chunk_dir(&self, prefix: &[u64]) -> Result<Vec<DirEntry>, ShardError> {
+        if !self.slash() || !self.prefix_in_grid(prefix) {
+            return Ok(Vec::new());
+        }
+        let dim = prefix.len();
+        let leaf = dim + 1 == self.ndim();
+        let listed = self
+            .store
+            .list_dir(&self.shard_dir(&self.shard_prefix_of(prefix)))
+            .await?;
+        let mut shard_coords: Vec<u64> = listed
+            .iter()
+            .filter(|e| matches!(e.kind, EntryKind::File { .. }) == leaf)
+            .filter_map(|e| parse_coord(&e.name))
+            .collect();
+        shard_coords.sort_unstable();
+        let mut out = Vec::new();
+        for s in shard_coords {
+            for i in self.covered(dim, s) {
+                if !leaf {
+                    out.push(DirEntry::dir(i.to_string()));
+                    continue;
+                }
+                let mut coords = prefix.to_vec();
+                coords.push(i);
+                if let Some(loc) = self.locate(&coords).await? {
+                    out.push(file(i.to_string(), loc.nbytes, loc.mtime_ns));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every chunk file of an array whose chunk keys have no directories.
+    async fn list_flat(&self) -> Result<Vec<DirEntry>, ShardError> {
+        let mut out = Vec::new();
+        for shard in self.shards_in(&self.store.list_dir(&self.prefix).await?) {
+            for (coords, loc) in self.chunks_of_shard(&shard).await? {
+                out.push(file(
+                    self.encoding.encode(&coords),
+                    loc.nbytes,
+                    loc.mtime_ns,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    fn shards_in(&self, entries: &[DirEntry]) -> Vec<Vec<u64>> {
+        entries
+            .iter()
+            .filter(|e| matches!(e.kind, EntryKind::File { .. }))
+            .filter_map(|e| self.encoding.decode(&e.name, self.ndim()))
+            .collect()
+    }
+
+    /// The present inner chunks of one stored shard that lie inside the grid, in C order.
+    pub async fn chunks_of_shard(
+        &self,
+        shard: &[u64],
+    ) -> Result<Vec<(Vec<u64>, ChunkLocation)>, ShardError> {
+        let lo: Vec<u64> = shard
+            .iter()
+            .zip(&self.per_shard)
+            .map(|(s, k)| s.saturating_mul(*k))
+            .collect();
+        let hi: Vec<u64> = (0..self.ndim())
+            .map(|d| self.covered(d, shard[d]).end)
+            .collect();
+        let mut out = Vec::new();
+        for coords in box_coords(&lo, &hi) {
+            if let Some(loc) = self.locate(&coords).await? {
+                out.push((coords, loc));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Coordinates of every stored shard of the array (one recursive listing).
+    pub async fn stored_shards(&self) -> Result<Vec<Vec<u64>>, ShardError> {
+        let root = match self.encoding {
+            ChunkKeyEncoding::Default(_) => format!("{}c", self.prefix),
+            ChunkKeyEncoding::V2(_) => self.prefix.clone(),
+        };
+        let keys = self.store.list_prefix(&root).await?;
+        Ok(keys
+            .iter()
+            .filter_map(|k| k.strip_prefix(&self.prefix))
+            .filter_map(|rel| self.encoding.decode(rel, self.ndim()))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_coordinates_only() {
+        assert_eq!(parse_coord("0"), Some(0));
+        assert_eq!(parse_coord("17"), Some(17));
+        for bad in ["", "01", "+1", "-1", "1a", "99999999999999999999999"] {
+            assert_eq!(parse_coord(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn boxes_in_c_order() {
+        assert_eq!(
+            box_coords(&[0, 0], &[2, 2]),
+            vec![vec![0, 0], vec![0, 1], vec![1, 0], vec![1, 1]]
+        );
+        assert_eq!(box_coords(&[], &[]), vec![Vec::<u64>::new()]);
+        assert!(box_coords(&[1], &[1]).is_empty());
+    }
+}

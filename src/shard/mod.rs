@@ -1,0 +1,20 @@
+//! The sharding transformer: serves the *inner chunks* of a sharded array over a store that
+//! holds its *shards*.
+//!
+//! [`ShardedArray`] is a [`Store`](crate::store::Store) whose keys are the inner-chunk keys of
+//! one array, relative to the array (`c/3/7`, `c.3.7`, `3.7`, …, in the array's own chunk key
+//! encoding). A read of an inner chunk costs one ranged read of the shard index (then cached,
+//! see [`index_cache`]) and one ranged read of the chunk, pinned to the version the index came
+//! from. Listing returns prefix directories from shard existence and exact leaf entries from
+//! the indexes. Nested sharding is followed down to the innermost chunks, whose byte ranges are
+//! absolute offsets in the stored shard.
+
+mod array;
+mod error;
+pub mod index_cache;
+mod listing;
+mod store_impl;
+
+pub use array::{ChunkLocation, ShardOptions, ShardedArray};
+pub use error::ShardError;
+pub use index_cache::IndexCache;

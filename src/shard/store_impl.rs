@@ -1,0 +1,128 @@
+//! [`ShardedArray`] as a [`Store`]: keys are inner-chunk keys relative to the array.
+//!
+//! A chunk's version is its shard's version plus its offset, so two reads that agree on it saw
+//! the same bytes. Keys outside the chunk tree are not this store's: reads of them find
+//! nothing and listings leave them out (the view shows the underlying store for those).
+//! Writing comes with the write path; until then this store is read-only.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{ChunkLocation, ShardError, ShardedArray};
+use crate::store::{
+    Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreError, StoreResult,
+    Version,
+};
+use crate::zarr::key_encoding::ChunkPath;
+
+impl ChunkLocation {
+    pub fn meta(&self) -> ObjectMeta {
+        ObjectMeta {
+            size: self.nbytes,
+            version: Version(format!("{}@{}", self.version.0, self.offset)),
+            mtime_ns: self.mtime_ns,
+        }
+    }
+}
+
+/// Errors of the transformer expressed in store terms, for callers that only know stores.
+fn to_store(e: ShardError) -> StoreError {
+    match e {
+        ShardError::Store(e) => e,
+        other => StoreError::Io {
+            key: String::new(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+        },
+    }
+}
+
+impl ShardedArray {
+    fn chunk_coords(&self, key: &str) -> Option<Vec<u64>> {
+        match self.encoding.classify(key, self.ndim()) {
+            ChunkPath::Chunk(coords) => Some(coords),
+            _ => None,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for ShardedArray {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            readable: true,
+            writable: false,
+            listable: true,
+        }
+    }
+
+    async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        let Some(coords) = self.chunk_coords(key) else {
+            return Ok(None);
+        };
+        let Some(loc) = self.locate(&coords).await.map_err(to_store)? else {
+            return Ok(None);
+        };
+        let meta = loc.meta();
+        if let Some(expected) = &opts.if_version {
+            if *expected != meta.version {
+                return Err(StoreError::VersionMismatch {
+                    key: key.to_string(),
+                    expected: expected.0.clone(),
+                });
+            }
+        }
+        let (start, end) = opts.byte_range().resolve(loc.nbytes);
+        let bytes = self.read_at(&loc, start, end - start).await?;
+        Ok(Some(GetResult {
+            bytes,
+            offset: start,
+            meta,
+        }))
+    }
+
+    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        let Some(coords) = self.chunk_coords(key) else {
+            return Ok(None);
+        };
+        Ok(self
+            .locate(&coords)
+            .await
+            .map_err(to_store)?
+            .map(|loc| loc.meta()))
+    }
+
+    async fn set(&self, _key: &str, _value: Bytes) -> StoreResult<Version> {
+        Err(StoreError::ReadOnly)
+    }
+
+    async fn erase(&self, _key: &str) -> StoreResult<()> {
+        Err(StoreError::ReadOnly)
+    }
+
+    async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        let mut keys = Vec::new();
+        for shard in self.stored_shards().await.map_err(to_store)? {
+            for (coords, _) in self.chunks_of_shard(&shard).await.map_err(to_store)? {
+                let key = self.encoding.encode(&coords);
+                if key.starts_with(prefix) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys.sort();
+        Ok(keys)
+    }
+
+    async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+        if prefix.is_empty() {
+            return self.list_array_dir().await.map_err(to_store);
+        }
+        match self
+            .encoding
+            .classify(prefix.trim_end_matches('/'), self.ndim())
+        {
+            ChunkPath::Dir(coords) => self.list_chunk_dir(&coords).await.map_err(to_store),
+            _ => Ok(Vec::new()),
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! A decorator that counts requests and bytes per operation, so tests (and later the
+//! observability counters) can assert on I/O: "a chunk read costs one ranged GET".
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::{
+    Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult, Version,
+};
+
+/// A snapshot of the counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub get: u64,
+    pub get_bytes: u64,
+    pub head: u64,
+    pub set: u64,
+    pub set_bytes: u64,
+    pub erase: u64,
+    pub list: u64,
+    pub list_dir: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    get: AtomicU64,
+    get_bytes: AtomicU64,
+    head: AtomicU64,
+    set: AtomicU64,
+    set_bytes: AtomicU64,
+    erase: AtomicU64,
+    list: AtomicU64,
+    list_dir: AtomicU64,
+}
+
+#[derive(Debug)]
+pub struct CountingStore {
+    inner: Arc<dyn Store>,
+    counters: Counters,
+}
+
+impl CountingStore {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        CountingStore {
+            inner,
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn counts(&self) -> Counts {
+        let c = &self.counters;
+        Counts {
+            get: c.get.load(Relaxed),
+            get_bytes: c.get_bytes.load(Relaxed),
+            head: c.head.load(Relaxed),
+            set: c.set.load(Relaxed),
+            set_bytes: c.set_bytes.load(Relaxed),
+            erase: c.erase.load(Relaxed),
+            list: c.list.load(Relaxed),
+            list_dir: c.list_dir.load(Relaxed),
+        }
+    }
+
+    pub fn reset(&self) {
+        let c = &self.counters;
+        for counter in [
+            &c.get,
+            &c.get_bytes,
+            &c.head,
+            &c.set,
+            &c.set_bytes,
+            &c.erase,
+            &c.list,
+            &c.list_dir,
+        ] {
+            counter.store(0, Relaxed);
+        }
+    }
+}
+
+#[async_trait]
+impl Store for CountingStore {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        self.counters.get.fetch_add(1, Relaxed);
+        let result = self.inner.get(key, opts).await?;
+        if let Some(r) = &result {
+            self.counters
+                .get_bytes
+                .fetch_add(r.bytes.len() as u64, Relaxed);
+        }
+        Ok(result)
+    }
+
+    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        self.counters.head.fetch_add(1, Relaxed);
+        self.inner.head(key).await
+    }
+
+    async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
+        self.counters.set.fetch_add(1, Relaxed);
+        self.counters
+            .set_bytes
+            .fetch_add(value.len() as u64, Relaxed);
+        self.inner.set(key, value).await
+    }
+
+    async fn erase(&self, key: &str) -> StoreResult<()> {
+        self.counters.erase.fetch_add(1, Relaxed);
+        self.inner.erase(key).await
+    }
+
+    async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        self.counters.list.fetch_add(1, Relaxed);
+        self.inner.list_prefix(prefix).await
+    }
+
+    async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+        self.counters.list_dir.fetch_add(1, Relaxed);
+        self.inner.list_dir(prefix).await
+    }
+}

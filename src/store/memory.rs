@@ -1,0 +1,136 @@
+//! An in-memory store for tests: a sorted map from key to bytes, with a counter as version.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::key::{validate, validate_prefix};
+use super::{
+    Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreError, StoreResult,
+    Version,
+};
+
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    values: BTreeMap<String, (Bytes, u64)>,
+    next_version: u64,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Insert a value synchronously (test setup).
+    pub fn insert(&self, key: &str, value: impl Into<Bytes>) {
+        let mut inner = self.lock();
+        inner.next_version += 1;
+        let v = inner.next_version;
+        inner.values.insert(key.to_string(), (value.into(), v));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the map half-updated; keep serving.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn meta(bytes: &Bytes, version: u64) -> ObjectMeta {
+    ObjectMeta {
+        size: bytes.len() as u64,
+        version: Version(version.to_string()),
+        mtime_ns: None,
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            readable: true,
+            writable: true,
+            listable: true,
+        }
+    }
+
+    async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        validate(key)?;
+        let inner = self.lock();
+        let Some((bytes, version)) = inner.values.get(key) else {
+            return Ok(None);
+        };
+        let meta = meta(bytes, *version);
+        if let Some(expected) = &opts.if_version {
+            if *expected != meta.version {
+                return Err(StoreError::VersionMismatch {
+                    key: key.to_string(),
+                    expected: expected.0.clone(),
+                });
+            }
+        }
+        let (start, end) = opts.byte_range().resolve(meta.size);
+        let bytes = bytes.slice(start as usize..end as usize);
+        Ok(Some(GetResult {
+            bytes,
+            offset: start,
+            meta,
+        }))
+    }
+
+    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        validate(key)?;
+        Ok(self.lock().values.get(key).map(|(b, v)| meta(b, *v)))
+    }
+
+    async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
+        validate(key)?;
+        let mut inner = self.lock();
+        inner.next_version += 1;
+        let v = inner.next_version;
+        inner.values.insert(key.to_string(), (value, v));
+        Ok(Version(v.to_string()))
+    }
+
+    async fn erase(&self, key: &str) -> StoreResult<()> {
+        validate(key)?;
+        self.lock().values.remove(key);
+        Ok(())
+    }
+
+    async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        let inner = self.lock();
+        Ok(inner
+            .values
+            .range(prefix.to_string()..)
+            .map(|(k, _)| k)
+            .take_while(|k| k.starts_with(prefix))
+            .cloned()
+            .collect())
+    }
+
+    async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+        validate_prefix(prefix)?;
+        let inner = self.lock();
+        let mut out: Vec<DirEntry> = Vec::new();
+        for (key, (bytes, _)) in inner.values.range(prefix.to_string()..) {
+            let Some(rest) = key.strip_prefix(prefix) else {
+                break;
+            };
+            let entry = match rest.split_once('/') {
+                Some((dir, _)) => DirEntry::dir(dir),
+                None => DirEntry::file(rest, bytes.len() as u64, None),
+            };
+            if out.last() != Some(&entry) {
+                out.push(entry);
+            }
+        }
+        Ok(out)
+    }
+}

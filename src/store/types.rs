@@ -1,0 +1,123 @@
+//! Plain value types of the store interface: byte ranges, versions, listings.
+
+use bytes::Bytes;
+
+/// A byte range of a stored value, as the spec's `get_partial_values` expresses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteRange {
+    /// The whole value.
+    Full,
+    /// `length` bytes from `offset` (clamped to the value's end).
+    Range { offset: u64, length: u64 },
+    /// From `offset` to the end.
+    From(u64),
+    /// The last `n` bytes (all of it when the value is shorter), so an end-located shard
+    /// index costs one request without knowing the size first.
+    Suffix(u64),
+}
+
+impl ByteRange {
+    /// Resolve against a value of `size` bytes into a half-open `[start, end)` window.
+    pub fn resolve(self, size: u64) -> (u64, u64) {
+        match self {
+            ByteRange::Full => (0, size),
+            ByteRange::Range { offset, length } => {
+                let start = offset.min(size);
+                (start, offset.saturating_add(length).min(size))
+            }
+            ByteRange::From(offset) => (offset.min(size), size),
+            ByteRange::Suffix(n) => (size.saturating_sub(n), size),
+        }
+    }
+}
+
+/// Identity of one content version of a stored value. Two reads with equal versions saw the
+/// same bytes. Local files: inode, size and mtime (a rename-replaced file gets a new inode);
+/// memory: a counter; object stores: the ETag or generation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Version(pub String);
+
+/// Options of a read: which bytes, and which version they must come from.
+#[derive(Debug, Clone, Default)]
+pub struct GetOptions {
+    pub range: Option<ByteRange>,
+    /// Fail with `VersionMismatch` rather than return bytes of another version.
+    pub if_version: Option<Version>,
+}
+
+impl GetOptions {
+    pub fn range(range: ByteRange) -> Self {
+        GetOptions {
+            range: Some(range),
+            if_version: None,
+        }
+    }
+
+    pub fn pinned(range: ByteRange, version: Version) -> Self {
+        GetOptions {
+            range: Some(range),
+            if_version: Some(version),
+        }
+    }
+
+    pub fn byte_range(&self) -> ByteRange {
+        self.range.unwrap_or(ByteRange::Full)
+    }
+}
+
+/// Size and version of a stored value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub size: u64,
+    pub version: Version,
+    /// Modification time in nanoseconds since the epoch, when the store knows it.
+    pub mtime_ns: Option<i128>,
+}
+
+/// Bytes of a read, with the metadata of the version they came from.
+#[derive(Debug, Clone)]
+pub struct GetResult {
+    pub bytes: Bytes,
+    /// Offset of `bytes[0]` within the value.
+    pub offset: u64,
+    pub meta: ObjectMeta,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    File { size: u64 },
+    Dir,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: EntryKind,
+    /// Modification time in nanoseconds since the epoch, when the store knows it.
+    pub mtime_ns: Option<i128>,
+}
+
+impl DirEntry {
+    pub fn dir(name: impl Into<String>) -> Self {
+        DirEntry {
+            name: name.into(),
+            kind: EntryKind::Dir,
+            mtime_ns: None,
+        }
+    }
+
+    pub fn file(name: impl Into<String>, size: u64, mtime_ns: Option<i128>) -> Self {
+        DirEntry {
+            name: name.into(),
+            kind: EntryKind::File { size },
+            mtime_ns,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    pub readable: bool,
+    pub writable: bool,
+    pub listable: bool,
+}

@@ -1,0 +1,357 @@
+//! The virtual namespace: what the mount shows at each path, per view mode.
+//!
+//! Paths are `/`-separated and relative to the mount root (`""` is the root). In the raw mode
+//! every path is the store's own. In the unsharded mode a path is first placed relative to
+//! the nearest sharded array above it (found by walking directories from the root through
+//! the [`nodes`] cache): the array's `zarr.json` is the rewritten one, chunk keys and chunk
+//! directories come from the sharding transformer, and everything else passes through.
+//! The view knows nothing of inodes or handles; see `fs/` for those and [`inodes`].
+
+pub mod inodes;
+pub mod nodes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use crate::shard::{IndexCache, ShardError, ShardOptions, ShardedArray};
+use crate::store::key::dir_prefix;
+use crate::store::{ByteRange, DirEntry, EntryKind, GetOptions, Store, StoreError};
+use crate::zarr::key_encoding::ChunkPath;
+use nodes::{NodeCache, NodeInfo, ShardedNode};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewMode {
+    /// Sharded arrays shown as unsharded arrays (the default).
+    Unsharded,
+    /// The store exactly as it is.
+    Raw,
+}
+
+#[derive(Debug, Clone)]
+pub struct ViewOptions {
+    pub mode: ViewMode,
+    /// Bytes of decoded shard indexes kept in memory.
+    pub index_cache_bytes: usize,
+    /// How long metadata and shard indexes are trusted before their version is checked again.
+    pub metadata_ttl: Duration,
+}
+
+impl Default for ViewOptions {
+    fn default() -> Self {
+        ViewOptions {
+            mode: ViewMode::Unsharded,
+            index_cache_bytes: 64 << 20,
+            metadata_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ViewError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    #[error("{0}: not a directory")]
+    NotADirectory(String),
+    #[error("is a directory")]
+    IsADirectory,
+}
+
+/// Where a node's bytes come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Dir,
+    /// A value of the underlying store, passed through.
+    Stored {
+        key: String,
+    },
+    /// Bytes the view made (a rewritten `zarr.json`).
+    Memory(Bytes),
+    /// An inner chunk of a sharded array.
+    Chunk {
+        array: Arc<ShardedArray>,
+        coords: Vec<u64>,
+    },
+}
+
+/// A file or directory of the view.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub size: u64,
+    pub mtime_ns: Option<i128>,
+    pub source: Source,
+}
+
+impl Node {
+    pub fn is_dir(&self) -> bool {
+        matches!(self.source, Source::Dir)
+    }
+
+    fn dir() -> Self {
+        Node {
+            size: 0,
+            mtime_ns: None,
+            source: Source::Dir,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct View {
+    store: Arc<dyn Store>,
+    mode: ViewMode,
+    nodes: NodeCache,
+}
+
+/// `a/b/c` -> (`a/b`, `c`); `c` -> (`""`, `c`).
+fn split_parent(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    }
+}
+
+/// `path` relative to the directory `dir` (which is an ancestor or `path` itself).
+fn relative<'a>(dir: &str, path: &'a str) -> &'a str {
+    if dir.is_empty() {
+        path
+    } else {
+        path.get(dir.len() + 1..).unwrap_or("")
+    }
+}
+
+/// The node of a listed store entry.
+fn stored_node(prefix: &str, entry: &DirEntry) -> Node {
+    match entry.kind {
+        EntryKind::Dir => Node::dir(),
+        EntryKind::File { size } => Node {
+            size,
+            mtime_ns: entry.mtime_ns,
+            source: Source::Stored {
+                key: format!("{prefix}{}", entry.name),
+            },
+        },
+    }
+}
+
+impl View {
+    pub fn new(store: Arc<dyn Store>, options: &ViewOptions) -> Self {
+        let index_cache = Arc::new(IndexCache::new(options.index_cache_bytes));
+        let shard_options = ShardOptions {
+            revalidate_after: options.metadata_ttl,
+        };
+        let nodes = NodeCache::new(
+            store.clone(),
+            index_cache,
+            shard_options,
+            options.metadata_ttl,
+        );
+        View {
+            store,
+            mode: options.mode,
+            nodes,
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The nearest sharded array at or above directory `dir`, walking from the root. Nothing
+    /// below an array is a node, so the walk stops at the first array of any kind.
+    async fn sharded_at_or_above(&self, dir: &str) -> Result<Option<Arc<ShardedNode>>, ViewError> {
+        if self.mode == ViewMode::Raw {
+            return Ok(None);
+        }
+        let components = dir.match_indices('/').map(|(i, _)| i);
+        let ends = std::iter::once(0)
+            .chain(components)
+            .chain((!dir.is_empty()).then_some(dir.len()));
+        for end in ends {
+            match self.nodes.info(&dir[..end]).await? {
+                NodeInfo::Sharded(node) => return Ok(Some(node)),
+                NodeInfo::Array => return Ok(None),
+                NodeInfo::Plain => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// The node at `path`, or `None` if there is none.
+    pub async fn lookup(&self, path: &str) -> Result<Option<Node>, ViewError> {
+        if path.is_empty() {
+            return Ok(Some(Node::dir()));
+        }
+        let (parent, _) = split_parent(path);
+        let Some(node) = self.sharded_at_or_above(parent).await? else {
+            return self.lookup_stored(path).await;
+        };
+        let rel = relative(&node.dir, path);
+        if rel == "zarr.json" {
+            let bytes = node.rewritten.clone();
+            return Ok(Some(Node {
+                size: bytes.len() as u64,
+                mtime_ns: node.mtime_ns,
+                source: Source::Memory(bytes),
+            }));
+        }
+        let array = &node.array;
+        match array.encoding().classify(rel, array.ndim()) {
+            ChunkPath::Chunk(coords) => Ok(array.locate(&coords).await?.map(|loc| Node {
+                size: loc.nbytes,
+                mtime_ns: loc.mtime_ns,
+                source: Source::Chunk {
+                    array: array.clone(),
+                    coords,
+                },
+            })),
+            ChunkPath::Dir(prefix) => Ok(array.dir_exists(&prefix).await?.then(Node::dir)),
+            ChunkPath::Other => {
+                // Inside the chunk tree only chunk keys exist; elsewhere the store shows through.
+                let (rel_parent, _) = split_parent(rel);
+                match array.encoding().classify(rel_parent, array.ndim()) {
+                    ChunkPath::Dir(_) | ChunkPath::Chunk(_) => Ok(None),
+                    ChunkPath::Other => self.lookup_stored(path).await,
+                }
+            }
+        }
+    }
+
+    async fn lookup_stored(&self, path: &str) -> Result<Option<Node>, ViewError> {
+        if let Some(meta) = self.store.head(path).await? {
+            let source = Source::Stored {
+                key: path.to_string(),
+            };
+            return Ok(Some(Node {
+                size: meta.size,
+                mtime_ns: meta.mtime_ns,
+                source,
+            }));
+        }
+        Ok(self
+            .store
+            .dir_exists(&dir_prefix(path))
+            .await?
+            .then(Node::dir))
+    }
+
+    /// The entries of directory `dir`, with their nodes (no request per entry).
+    pub async fn list(&self, dir: &str) -> Result<Vec<(String, Node)>, ViewError> {
+        let Some(node) = self.sharded_at_or_above(dir).await? else {
+            return self.list_stored(dir).await;
+        };
+        let array = &node.array;
+        if node.dir == dir {
+            return self.list_array_dir(&node).await;
+        }
+        let rel = relative(&node.dir, dir);
+        match array.encoding().classify(rel, array.ndim()) {
+            ChunkPath::Dir(prefix) => {
+                let entries = array.list_chunk_dir(&prefix).await?;
+                Ok(entries
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.name.clone(),
+                            self.chunk_node(array, &format!("{rel}/{}", e.name), e),
+                        )
+                    })
+                    .collect())
+            }
+            ChunkPath::Chunk(_) => Err(ViewError::NotADirectory(dir.to_string())),
+            ChunkPath::Other => self.list_stored(dir).await,
+        }
+    }
+
+    async fn list_stored(&self, dir: &str) -> Result<Vec<(String, Node)>, ViewError> {
+        let prefix = dir_prefix(dir);
+        let entries = self.store.list_dir(&prefix).await?;
+        Ok(entries
+            .iter()
+            .map(|e| (e.name.clone(), stored_node(&prefix, e)))
+            .collect())
+    }
+
+    /// A sharded array's directory: its rewritten metadata, its chunk tree, and whatever else
+    /// is stored there (shards themselves, being in the chunk key space, are hidden).
+    async fn list_array_dir(&self, node: &ShardedNode) -> Result<Vec<(String, Node)>, ViewError> {
+        let array = &node.array;
+        let (encoding, ndim) = (array.encoding(), array.ndim());
+        let mut out = Vec::new();
+        for (name, stored) in self.list_stored(&node.dir).await? {
+            if name == "zarr.json" {
+                let bytes = node.rewritten.clone();
+                out.push((
+                    name,
+                    Node {
+                        size: bytes.len() as u64,
+                        mtime_ns: stored.mtime_ns,
+                        source: Source::Memory(bytes),
+                    },
+                ));
+            } else if encoding.classify(&name, ndim) == ChunkPath::Other {
+                out.push((name, stored));
+            }
+        }
+        for entry in array.list_array_dir().await? {
+            out.push((
+                entry.name.clone(),
+                self.chunk_node(array, &entry.name, &entry),
+            ));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// The node of an entry of the chunk tree, `rel` being its path relative to the array.
+    fn chunk_node(&self, array: &Arc<ShardedArray>, rel: &str, entry: &DirEntry) -> Node {
+        match (&entry.kind, array.encoding().classify(rel, array.ndim())) {
+            (EntryKind::File { size }, ChunkPath::Chunk(coords)) => Node {
+                size: *size,
+                mtime_ns: entry.mtime_ns,
+                source: Source::Chunk {
+                    array: array.clone(),
+                    coords,
+                },
+            },
+            _ => Node::dir(),
+        }
+    }
+
+    /// Read `len` bytes at `offset` of a file node (short at the end of the file).
+    pub async fn read(&self, node: &Node, offset: u64, len: u64) -> Result<Bytes, ViewError> {
+        match &node.source {
+            Source::Dir => Err(ViewError::IsADirectory),
+            Source::Memory(bytes) => {
+                let (start, end) = ByteRange::Range {
+                    offset,
+                    length: len,
+                }
+                .resolve(bytes.len() as u64);
+                Ok(bytes.slice(start as usize..end as usize))
+            }
+            Source::Stored { key } => {
+                let got = self
+                    .store
+                    .get(
+                        key,
+                        GetOptions::range(ByteRange::Range {
+                            offset,
+                            length: len,
+                        }),
+                    )
+                    .await?;
+                Ok(got.map(|g| g.bytes).unwrap_or_default())
+            }
+            Source::Chunk { array, coords } => Ok(array
+                .read_chunk(coords, offset, len)
+                .await?
+                .map(|(_, b)| b)
+                .unwrap_or_default()),
+        }
+    }
+}

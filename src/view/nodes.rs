@@ -1,0 +1,159 @@
+//! What a directory is, as far as the view cares: a plain directory (or group), an array shown
+//! as stored, or a sharded array shown unsharded. Found from the directory's `zarr.json` and
+//! cached per directory, bounded in entries, revalidated against the metadata's version after
+//! a time-to-live. Bad metadata is logged once per version and the node is shown raw.
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use lru::LruCache;
+
+use crate::shard::{IndexCache, ShardOptions, ShardedArray};
+use crate::store::key::dir_prefix;
+use crate::store::{GetOptions, Store, StoreError, Version};
+use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
+use crate::zarr::sharding::{analyse, rewrite_unsharded, Sharding};
+
+/// How many directories' node kinds are remembered.
+const NODE_CACHE_ENTRIES: usize = 65_536;
+
+/// A sharded array as the view shows it.
+#[derive(Debug)]
+pub struct ShardedNode {
+    /// The array's directory (`""` for the root).
+    pub dir: String,
+    pub array: Arc<ShardedArray>,
+    /// The view's `zarr.json`.
+    pub rewritten: Bytes,
+    pub mtime_ns: Option<i128>,
+}
+
+#[derive(Debug, Clone)]
+pub enum NodeInfo {
+    /// A directory or group: arrays may lie below.
+    Plain,
+    /// An array shown as stored; nothing below it is a node.
+    Array,
+    Sharded(Arc<ShardedNode>),
+}
+
+#[derive(Debug)]
+struct Cached {
+    info: NodeInfo,
+    version: Option<Version>,
+    checked_at: Instant,
+}
+
+#[derive(Debug)]
+pub struct NodeCache {
+    store: Arc<dyn Store>,
+    index_cache: Arc<IndexCache>,
+    shard_options: ShardOptions,
+    ttl: Duration,
+    entries: Mutex<LruCache<String, Cached>>,
+}
+
+impl NodeCache {
+    pub fn new(
+        store: Arc<dyn Store>,
+        index_cache: Arc<IndexCache>,
+        shard_options: ShardOptions,
+        ttl: Duration,
+    ) -> Self {
+        let cap = NonZeroUsize::new(NODE_CACHE_ENTRIES).unwrap_or(NonZeroUsize::MIN);
+        NodeCache {
+            store,
+            index_cache,
+            shard_options,
+            ttl,
+            entries: Mutex::new(LruCache::new(cap)),
+        }
+    }
+
+    fn cached(&self, dir: &str) -> Option<(NodeInfo, Option<Version>, Duration)> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .get(dir)
+            .map(|c| (c.info.clone(), c.version.clone(), c.checked_at.elapsed()))
+    }
+
+    fn remember(&self, dir: &str, info: NodeInfo, version: Option<Version>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.put(
+            dir.to_string(),
+            Cached {
+                info,
+                version,
+                checked_at: Instant::now(),
+            },
+        );
+    }
+
+    /// The kind of the directory `dir`.
+    pub async fn info(&self, dir: &str) -> Result<NodeInfo, StoreError> {
+        let key = format!("{}zarr.json", dir_prefix(dir));
+        if let Some((info, version, age)) = self.cached(dir) {
+            if age < self.ttl {
+                return Ok(info);
+            }
+            let current = self.store.head(&key).await?.map(|m| m.version);
+            if current == version {
+                self.remember(dir, info.clone(), version);
+                return Ok(info);
+            }
+        }
+        let (info, version) = self.load(dir, &key).await?;
+        self.remember(dir, info.clone(), version);
+        Ok(info)
+    }
+
+    async fn load(&self, dir: &str, key: &str) -> Result<(NodeInfo, Option<Version>), StoreError> {
+        let Some(got) = self.store.get(key, GetOptions::default()).await? else {
+            return Ok((NodeInfo::Plain, None));
+        };
+        let version = Some(got.meta.version.clone());
+        let meta = match parse_zarr_json(&got.bytes) {
+            Ok(NodeMetadata::Array(meta)) => meta,
+            Ok(NodeMetadata::Group { .. }) => return Ok((NodeInfo::Plain, version)),
+            Err(e) => {
+                tracing::warn!(key, reason = %e, "unreadable metadata; node shown as stored");
+                return Ok((NodeInfo::Plain, version));
+            }
+        };
+        let layout = match analyse(&meta) {
+            Sharding::None => return Ok((NodeInfo::Array, version)),
+            Sharding::Unsupported(reason) => {
+                tracing::warn!(key, %reason, "sharded array cannot be unsharded; shown as stored");
+                return Ok((NodeInfo::Array, version));
+            }
+            Sharding::Sharded(layout) => layout,
+        };
+        let rewritten = Bytes::from(rewrite_unsharded(&meta, &layout));
+        let prefix = dir_prefix(dir);
+        let array = ShardedArray::new(
+            self.store.clone(),
+            prefix,
+            &meta,
+            layout,
+            self.index_cache.clone(),
+            self.shard_options.clone(),
+        );
+        match array {
+            Ok(array) => {
+                let node = ShardedNode {
+                    dir: dir.to_string(),
+                    array: Arc::new(array),
+                    rewritten,
+                    mtime_ns: got.meta.mtime_ns,
+                };
+                Ok((NodeInfo::Sharded(Arc::new(node)), version))
+            }
+            Err(e) => {
+                tracing::warn!(key, reason = %e, "sharded array cannot be unsharded; shown as stored");
+                Ok((NodeInfo::Array, version))
+            }
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Pure Zarr v3 format logic for zarrfs: metadata parsing, chunk key encodings,
+//! chunk-grid arithmetic, sharding analysis, shard-index coding and the mapping
+//! between the stored (sharded) layout and the unsharded view.
+//!
+//! Everything here works on values and byte slices only — no I/O, no async, no
+//! locks — so it can be tested exhaustively and used from any thread. Input
+//! bytes are untrusted: every function reports malformed or absurd input as a
+//! [`ZarrError`] (or `None`) instead of panicking, and all index arithmetic is
+//! checked.
+
+pub mod error;
+pub mod grid;
+mod json;
+pub mod key_encoding;
+pub mod locate;
+pub mod metadata;
+pub mod rewrite;
+pub mod shard_index;
+pub mod sharding;
+
+pub use error::ZarrError;
