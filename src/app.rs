@@ -138,7 +138,7 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
         read_only: true,
         allow_other: settings.allow_other,
         fsname: format!("zarrfs:{}", path.display()),
-        threads: 4,
+        threads: fuse_threads(),
     };
     let mounted = match session::mount(fs, runtime.handle().clone(), &settings.mountpoint, &cfg) {
         Ok(m) => m,
@@ -155,6 +155,11 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
     // Requests still running hold nothing worth waiting for once the kernel has let go.
     runtime.shutdown_timeout(Duration::from_secs(2));
     Ok(())
+}
+
+/// FUSE worker threads: requests run inline on them when they can, so a few per core.
+fn fuse_threads() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| (n.get() * 2).clamp(4, 16))
 }
 
 fn daemonize(settings: MountSettings) -> Result<()> {
