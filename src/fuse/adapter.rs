@@ -10,7 +10,7 @@
 use std::ffi::OsStr;
 use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -45,7 +45,7 @@ impl ZarrFuse {
         let _context = self.rt.enter();
         let mut request = Box::pin(request);
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-        if let Poll::Pending = request.as_mut().poll(&mut cx) {
+        if request.as_mut().poll(&mut cx).is_pending() {
             // Whatever it waits on is registered again with the task's real waker when the
             // runtime polls it, so the no-op waker of the first poll is never relied upon.
             tracing::trace!(op, "request waits; continued on the runtime");
