@@ -249,6 +249,26 @@ impl Store for LocalStore {
         blocking(move || write_atomically(&path, &temp, &key, &value)).await
     }
 
+    /// Writes in place (not atomic): for stores of values that are not shared with readers.
+    async fn set_partial_values(&self, values: &[(String, u64, Bytes)]) -> StoreResult<()> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        for (key, offset, bytes) in values {
+            let path = self.path(key)?;
+            blocking(|| {
+                let file = fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| StoreError::io(key, e))?;
+                file.write_all_at(bytes, *offset)
+                    .map_err(|e| StoreError::io(key, e))
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
     async fn erase(&self, key: &str) -> StoreResult<()> {
         if !self.writable {
             return Err(StoreError::ReadOnly);
@@ -296,5 +316,89 @@ impl Store for LocalStore {
             Err(e) => Err(StoreError::io(&prefix, e)),
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ByteRange;
+
+    #[tokio::test]
+    async fn keys_stay_inside_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret"), b"outside").unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let store = LocalStore::new(&root, true).unwrap();
+        for key in ["../secret", "a/../../secret", "/etc/passwd", ""] {
+            assert!(
+                matches!(
+                    store.get(key, GetOptions::default()).await,
+                    Err(StoreError::InvalidKey { .. })
+                ),
+                "{key}"
+            );
+            assert!(
+                store.set(key, Bytes::from_static(b"x")).await.is_err(),
+                "{key}"
+            );
+        }
+        assert!(store.list_dir("../").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn atomic_replace_changes_version_and_pins_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStore::new(dir.path(), true).unwrap();
+        let v1 = store
+            .set("a/b", Bytes::from_static(b"first value"))
+            .await
+            .unwrap();
+        let got = store
+            .get("a/b", GetOptions::pinned(ByteRange::Suffix(5), v1.clone()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got.bytes[..], b"value");
+        let v2 = store
+            .set("a/b", Bytes::from_static(b"first value"))
+            .await
+            .unwrap();
+        assert_ne!(v1, v2, "a replaced value kept its version");
+        let stale = store
+            .get("a/b", GetOptions::pinned(ByteRange::Full, v1))
+            .await;
+        assert!(matches!(stale, Err(StoreError::VersionMismatch { .. })));
+        store
+            .set_partial_values(&[("a/b".into(), 0, Bytes::from_static(b"FIRST"))])
+            .await
+            .unwrap();
+        let got = store
+            .get("a/b", GetOptions::default())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got.bytes[..], b"FIRST value");
+        assert!(store.dir_exists("a/").await.unwrap());
+        assert!(!store.dir_exists("zz/").await.unwrap());
+        let listed = store.list_dir("").await.unwrap();
+        assert_eq!(
+            listed.len(),
+            1,
+            "temporary files must not be listed: {listed:?}"
+        );
+        store.erase("a/b").await.unwrap();
+        store.erase("a/b").await.unwrap();
+        assert!(store
+            .get("a/b", GetOptions::default())
+            .await
+            .unwrap()
+            .is_none());
+        let ro = LocalStore::new(dir.path(), false).unwrap();
+        assert!(matches!(
+            ro.set("x", Bytes::new()).await,
+            Err(StoreError::ReadOnly)
+        ));
     }
 }

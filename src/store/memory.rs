@@ -98,6 +98,31 @@ impl Store for MemoryStore {
         Ok(Version(v.to_string()))
     }
 
+    async fn set_partial_values(&self, values: &[(String, u64, Bytes)]) -> StoreResult<()> {
+        let mut inner = self.lock();
+        for (key, offset, bytes) in values {
+            validate(key)?;
+            let mut value = inner
+                .values
+                .get(key)
+                .map(|(b, _)| b.to_vec())
+                .unwrap_or_default();
+            let start = usize::try_from(*offset)
+                .map_err(|_| StoreError::Unsupported("offset beyond memory"))?;
+            let end = start
+                .checked_add(bytes.len())
+                .ok_or(StoreError::Unsupported("offset beyond memory"))?;
+            if value.len() < end {
+                value.resize(end, 0);
+            }
+            value[start..end].copy_from_slice(bytes);
+            inner.next_version += 1;
+            let v = inner.next_version;
+            inner.values.insert(key.clone(), (Bytes::from(value), v));
+        }
+        Ok(())
+    }
+
     async fn erase(&self, key: &str) -> StoreResult<()> {
         validate(key)?;
         self.lock().values.remove(key);
@@ -132,5 +157,71 @@ impl Store for MemoryStore {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ByteRange, EntryKind};
+
+    #[tokio::test]
+    async fn ranges_versions_and_listing() {
+        let store = MemoryStore::new();
+        let v1 = store
+            .set("a/b/c", Bytes::from_static(b"0123456789"))
+            .await
+            .unwrap();
+        let got = store
+            .get("a/b/c", GetOptions::range(ByteRange::Suffix(3)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((&got.bytes[..], got.offset), (&b"789"[..], 7));
+        let got = store
+            .get(
+                "a/b/c",
+                GetOptions::range(ByteRange::Range {
+                    offset: 8,
+                    length: 10,
+                }),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got.bytes[..], b"89");
+        store
+            .set_partial_values(&[("a/b/c".into(), 8, Bytes::from_static(b"XYZ"))])
+            .await
+            .unwrap();
+        let got = store
+            .get("a/b/c", GetOptions::default())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got.bytes[..], b"01234567XYZ");
+        let stale = store
+            .get("a/b/c", GetOptions::pinned(ByteRange::Full, v1))
+            .await;
+        assert!(matches!(stale, Err(StoreError::VersionMismatch { .. })));
+        store.insert("a/d", "x");
+        let names: Vec<_> = store
+            .list_dir("a/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.kind))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("b".to_string(), EntryKind::Dir),
+                ("d".to_string(), EntryKind::File { size: 1 })
+            ]
+        );
+        assert_eq!(store.list_prefix("a/").await.unwrap(), vec!["a/b/c", "a/d"]);
+        store.erase_prefix("a/b/").await.unwrap();
+        assert_eq!(store.list().await.unwrap(), vec!["a/d"]);
+        assert!(store.get("a/../d", GetOptions::default()).await.is_err());
     }
 }
