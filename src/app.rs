@@ -42,9 +42,7 @@ pub fn run(cli: Cli) -> i32 {
 fn init_logging(log_file: Option<&Path>) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     match log_file {
         Some(path) => {
             let file = OpenOptions::new()
@@ -52,10 +50,7 @@ fn init_logging(log_file: Option<&Path>) -> Result<()> {
                 .append(true)
                 .open(path)
                 .with_context(|| format!("cannot open log file {}", path.display()))?;
-            builder
-                .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(file))
-                .init();
+            builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
         }
         None => builder.with_writer(std::io::stderr).init(),
     }
@@ -67,8 +62,8 @@ fn init_logging(log_file: Option<&Path>) -> Result<()> {
 fn open_store(source: &SourceSpec) -> Result<Arc<dyn Store>> {
     match source {
         SourceSpec::Local(path) => {
-            let store = LocalStore::new(path, false)
-                .with_context(|| format!("cannot open source {}", path.display()))?;
+            let store =
+                LocalStore::new(path, false).with_context(|| format!("cannot open source {}", path.display()))?;
             Ok(Arc::new(store))
         }
     }
@@ -88,10 +83,7 @@ fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
     settings.source = SourceSpec::Local(path);
     settings.mountpoint = absolute(&settings.mountpoint).context("mountpoint")?;
     if !settings.mountpoint.is_dir() {
-        bail!(
-            "mountpoint {} is not a directory",
-            settings.mountpoint.display()
-        );
+        bail!("mountpoint {} is not a directory", settings.mountpoint.display());
     }
     if let Some(log) = &settings.log_file {
         let parent = log
@@ -186,9 +178,7 @@ fn daemonize(settings: MountSettings) -> Result<()> {
 
 fn wait_for_child(reader: OwnedFd) -> Result<()> {
     let mut message = String::new();
-    std::fs::File::from(reader)
-        .read_to_string(&mut message)
-        .ok();
+    std::fs::File::from(reader).read_to_string(&mut message).ok();
     match message.strip_prefix("ok") {
         Some(_) => Ok(()),
         None if message.is_empty() => bail!("the daemon exited before the mount was live"),
@@ -215,10 +205,7 @@ fn daemon_child(settings: &MountSettings, writer: OwnedFd) -> Result<()> {
 fn detach(log_file: Option<&Path>) -> Result<()> {
     nix::unistd::setsid().context("setsid")?;
     std::env::set_current_dir("/")?;
-    let null = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")?;
+    let null = OpenOptions::new().read(true).write(true).open("/dev/null")?;
     for fd in [0, 1, 2] {
         // SAFETY: dup2 onto the standard descriptors of this single-threaded child.
         if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
@@ -251,9 +238,7 @@ fn unmount(mountpoint: &Path) -> Result<()> {
 fn inspect(source: &str, json: bool) -> Result<()> {
     let spec = SourceSpec::parse(source).map_err(|m| anyhow::anyhow!(m))?;
     let store = open_store(&spec)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let report = runtime.block_on(crate::inspect::inspect(store))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);

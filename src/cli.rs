@@ -77,12 +77,7 @@ pub struct MountArgs {
     #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size, help_heading = "Caching")]
     pub cache_size: u64,
     /// Seconds for which metadata and shard indexes are trusted before being checked again.
-    #[arg(
-        long,
-        value_name = "SECONDS",
-        default_value_t = 1.0,
-        help_heading = "Caching"
-    )]
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, help_heading = "Caching")]
     pub metadata_ttl: f64,
 }
 
@@ -176,14 +171,8 @@ mod tests {
 
     #[test]
     fn sources() {
-        assert_eq!(
-            SourceSpec::parse("/a/b"),
-            Ok(SourceSpec::Local("/a/b".into()))
-        );
-        assert_eq!(
-            SourceSpec::parse("file:///a/b"),
-            Ok(SourceSpec::Local("/a/b".into()))
-        );
+        assert_eq!(SourceSpec::parse("/a/b"), Ok(SourceSpec::Local("/a/b".into())));
+        assert_eq!(SourceSpec::parse("file:///a/b"), Ok(SourceSpec::Local("/a/b".into())));
         assert!(SourceSpec::parse("s3://bucket/x")
             .unwrap_err()
             .contains("not supported"));

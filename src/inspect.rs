@@ -79,8 +79,7 @@ async fn inspect_array(store: &Arc<dyn Store>, dir: &str, meta: ArrayMetadata) -
             return r;
         }
         Sharding::Unsupported(reason) => {
-            r.problems
-                .push(format!("shown as stored, not unsharded: {reason}"));
+            r.problems.push(format!("shown as stored, not unsharded: {reason}"));
             count_unsharded(store, dir, &mut r).await;
             return r;
         }
@@ -175,16 +174,10 @@ impl Report {
         }
         for a in &self.arrays {
             out.push_str(&format!("array {}\n", name(&a.path)));
-            out.push_str(&format!(
-                "  shape       {:?}  {}\n",
-                a.meta.shape, a.meta.data_type
-            ));
+            out.push_str(&format!("  shape       {:?}  {}\n", a.meta.shape, a.meta.data_type));
             match &a.shard_shape {
                 Some(shard) => {
-                    out.push_str(&format!(
-                        "  shards      {:?}  ({} stored)\n",
-                        shard, a.shards
-                    ));
+                    out.push_str(&format!("  shards      {:?}  ({} stored)\n", shard, a.shards));
                     out.push_str(&format!(
                         "  chunks      {:?}  ({} non-empty)\n",
                         a.chunk_shape, a.inner_chunks

@@ -67,8 +67,9 @@ impl FsError {
             FsError::InvalidName => libc::EINVAL,
             FsError::BadHandle => libc::EBADF,
             FsError::NoAttribute => libc::ENODATA,
-            FsError::View(ViewError::Store(e))
-            | FsError::View(ViewError::Shard(ShardError::Store(e))) => store_errno(e),
+            FsError::View(ViewError::Store(e)) | FsError::View(ViewError::Shard(ShardError::Store(e))) => {
+                store_errno(e)
+            }
             FsError::View(ViewError::Shard(ShardError::Corrupt { .. })) => libc::EIO,
             FsError::View(ViewError::Shard(ShardError::Unstable { .. })) => libc::ESTALE,
         }

@@ -206,8 +206,7 @@ impl Fs {
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Bytes> {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         let len = u64::from(size);
-        let snapshotted = matches!(handle.node.source, Source::Chunk { .. })
-            && handle.node.size <= SNAPSHOT_LIMIT;
+        let snapshotted = matches!(handle.node.source, Source::Chunk { .. }) && handle.node.size <= SNAPSHOT_LIMIT;
         if !snapshotted {
             return Ok(self.view.read(&handle.node, offset, len).await?);
         }
@@ -216,11 +215,7 @@ impl Fs {
             *snapshot = Some(self.view.read(&handle.node, 0, SNAPSHOT_LIMIT).await?);
         }
         let whole = snapshot.as_ref().cloned().unwrap_or_default();
-        let (start, end) = ByteRange::Range {
-            offset,
-            length: len,
-        }
-        .resolve(whole.len() as u64);
+        let (start, end) = ByteRange::Range { offset, length: len }.resolve(whole.len() as u64);
         Ok(whole.slice(start as usize..end as usize))
     }
 
@@ -257,11 +252,7 @@ impl Fs {
             name: name.clone(),
             path: child_path(&handle.path, name),
             offset: 0,
-            kind: if node.is_dir() {
-                FileKind::Dir
-            } else {
-                FileKind::File
-            },
+            kind: if node.is_dir() { FileKind::Dir } else { FileKind::File },
             node: Some(node.clone()),
             ino: None,
         });

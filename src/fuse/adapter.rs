@@ -14,10 +14,10 @@ use std::task::Context;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use tokio::runtime::Handle;
 
@@ -92,8 +92,7 @@ fn name_str(name: &OsStr) -> Option<&str> {
 impl Filesystem for ZarrFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Both are optional: an older kernel without them still works, only slower.
-        let _ = config
-            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         let _ = config.set_max_background(MAX_BACKGROUND);
         Ok(())
     }
@@ -170,27 +169,13 @@ impl Filesystem for ZarrFuse {
         reply.ok();
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         // Nothing is ever dirty in a read-only mount. ENOSYS tells the kernel to stop sending
         // FLUSH at all, which saves a round trip on every close().
         reply.error(Errno::ENOSYS);
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         reply.ok();
     }
 
@@ -204,24 +189,12 @@ impl Filesystem for ZarrFuse {
         });
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         match self.fs.readdir(ino.0, fh.0, offset) {
             Ok(items) => {
                 for item in items {
                     let child = self.fs.entry_ino(&item, false);
-                    if reply.add(
-                        INodeNo(child),
-                        item.offset,
-                        file_type(item.kind),
-                        &item.name,
-                    ) {
+                    if reply.add(INodeNo(child), item.offset, file_type(item.kind), &item.name) {
                         break;
                     }
                 }
@@ -231,14 +204,7 @@ impl Filesystem for ZarrFuse {
         }
     }
 
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let ttl = self.ttl();
         match self.fs.readdir(ino.0, fh.0, offset) {
             Ok(items) => {
@@ -269,14 +235,7 @@ impl Filesystem for ZarrFuse {
         }
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.fs.releasedir(fh.0);
         reply.ok();
     }
@@ -341,16 +300,7 @@ impl Filesystem for ZarrFuse {
         reply.error(Errno::EROFS);
     }
 
-    fn mknod(
-        &self,
-        _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _m: u32,
-        _u: u32,
-        _r: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
         reply.error(Errno::EROFS);
     }
 
@@ -366,14 +316,7 @@ impl Filesystem for ZarrFuse {
         reply.error(Errno::EROFS);
     }
 
-    fn symlink(
-        &self,
-        _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _l: &std::path::Path,
-        reply: ReplyEntry,
-    ) {
+    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _l: &std::path::Path, reply: ReplyEntry) {
         reply.error(Errno::EROFS);
     }
 
@@ -409,29 +352,11 @@ impl Filesystem for ZarrFuse {
         reply.error(Errno::EROFS);
     }
 
-    fn create(
-        &self,
-        _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _m: u32,
-        _u: u32,
-        _f: i32,
-        reply: ReplyCreate,
-    ) {
+    fn create(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
         reply.error(Errno::EROFS);
     }
 
-    fn setxattr(
-        &self,
-        _req: &Request,
-        _i: INodeNo,
-        _n: &OsStr,
-        _v: &[u8],
-        _f: i32,
-        _p: u32,
-        reply: ReplyEmpty,
-    ) {
+    fn setxattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, _v: &[u8], _f: i32, _p: u32, reply: ReplyEmpty) {
         reply.error(Errno::EROFS);
     }
 

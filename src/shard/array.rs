@@ -77,11 +77,7 @@ impl ShardedArray {
     ) -> Result<Self, ShardError> {
         let bad = |e| ShardError::corrupt(&format!("{prefix}zarr.json"), e);
         let inner_grid = grid_shape(&meta.shape, &layout.inner_chunk_shape).map_err(bad)?;
-        let shard_shape = &layout
-            .levels
-            .first()
-            .ok_or_else(|| bad_layout(&prefix))?
-            .shard_shape;
+        let shard_shape = &layout.levels.first().ok_or_else(|| bad_layout(&prefix))?.shard_shape;
         let per_shard = grid_shape(shard_shape, &layout.inner_chunk_shape).map_err(bad)?;
         Ok(ShardedArray {
             store,
@@ -112,8 +108,7 @@ impl ShardedArray {
     }
 
     pub(super) fn in_grid(&self, coords: &[u64]) -> bool {
-        coords.len() == self.inner_grid.len()
-            && coords.iter().zip(&self.inner_grid).all(|(c, g)| c < g)
+        coords.len() == self.inner_grid.len() && coords.iter().zip(&self.inner_grid).all(|(c, g)| c < g)
     }
 
     /// The store key of the shard with these shard-grid coordinates.
@@ -160,9 +155,7 @@ impl ShardedArray {
                         shard: shard_key.clone(),
                         sub: path.clone(),
                     };
-                    index = self
-                        .sub_index(key, &index, next, offset, range.nbytes)
-                        .await?;
+                    index = self.sub_index(key, &index, next, offset, range.nbytes).await?;
                 }
             }
         }
@@ -171,12 +164,7 @@ impl ShardedArray {
 
     /// Read `len` bytes at `offset` of a located chunk (clamped to the chunk), pinned to the
     /// version the location came from.
-    pub async fn read_at(
-        &self,
-        loc: &ChunkLocation,
-        offset: u64,
-        len: u64,
-    ) -> Result<Bytes, StoreError> {
+    pub async fn read_at(&self, loc: &ChunkLocation, offset: u64, len: u64) -> Result<Bytes, StoreError> {
         let start = offset.min(loc.nbytes);
         let length = len.min(loc.nbytes - start);
         if length == 0 {
@@ -188,10 +176,7 @@ impl ShardedArray {
         };
         let got = self
             .store
-            .get(
-                &loc.shard_key,
-                GetOptions::pinned(range, loc.version.clone()),
-            )
+            .get(&loc.shard_key, GetOptions::pinned(range, loc.version.clone()))
             .await?;
         match got {
             Some(r) if r.bytes.len() as u64 == length => Ok(r.bytes),
@@ -231,10 +216,7 @@ impl ShardedArray {
     }
 
     /// The stored shard's own index, from the cache when its version is recent enough.
-    pub(super) async fn top_index(
-        &self,
-        shard_key: &str,
-    ) -> Result<Option<Arc<CachedIndex>>, ShardError> {
+    pub(super) async fn top_index(&self, shard_key: &str) -> Result<Option<Arc<CachedIndex>>, ShardError> {
         let key = IndexKey {
             shard: shard_key.to_string(),
             sub: Vec::new(),
@@ -266,11 +248,7 @@ impl ShardedArray {
         Ok(Some(loaded))
     }
 
-    async fn load_top_index(
-        &self,
-        shard_key: &str,
-        level: &ShardLevel,
-    ) -> Result<Option<CachedIndex>, ShardError> {
+    async fn load_top_index(&self, shard_key: &str, level: &ShardLevel) -> Result<Option<CachedIndex>, ShardError> {
         let index_size = level.index_size();
         let range = match level.index_location {
             IndexLocation::End => ByteRange::Suffix(index_size),
@@ -324,10 +302,7 @@ impl ShardedArray {
         };
         let got = self
             .store
-            .get(
-                &key.shard,
-                GetOptions::pinned(range, parent.version.clone()),
-            )
+            .get(&key.shard, GetOptions::pinned(range, parent.version.clone()))
             .await?;
         let Some(got) = got.filter(|g| g.bytes.len() as u64 == index_size) else {
             return Err(ShardError::corrupt(
@@ -368,8 +343,5 @@ fn decode_index(
 }
 
 fn bad_layout(prefix: &str) -> ShardError {
-    ShardError::corrupt(
-        &format!("{prefix}zarr.json"),
-        "sharding layout without levels",
-    )
+    ShardError::corrupt(&format!("{prefix}zarr.json"), "sharding layout without levels")
 }

@@ -168,10 +168,7 @@ mod tests {
         }
         assert!(cache.get(&key("a")).is_some()); // a is now most recent
         cache.insert(key("d"), entry(100));
-        assert!(
-            cache.get(&key("b")).is_none(),
-            "least recently used entry survived"
-        );
+        assert!(cache.get(&key("b")).is_none(), "least recently used entry survived");
         assert!(cache.get(&key("a")).is_some());
         assert!(cache.used_bytes() <= 3 * (16 * 100 + 200));
         cache.insert(key("huge"), entry(1_000_000));

@@ -13,8 +13,7 @@ use crate::zarr::key_encoding::{ChunkKeyEncoding, Separator};
 
 /// A coordinate written canonically: decimal digits, no sign, no leading zero.
 fn parse_coord(s: &str) -> Option<u64> {
-    let canonical =
-        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+    let canonical = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
     if canonical {
         s.parse().ok()
     } else {
@@ -70,11 +69,7 @@ impl ShardedArray {
     }
 
     fn shard_prefix_of(&self, prefix: &[u64]) -> Vec<u64> {
-        prefix
-            .iter()
-            .zip(&self.per_shard)
-            .map(|(i, k)| i / k)
-            .collect()
+        prefix.iter().zip(&self.per_shard).map(|(i, k)| i / k).collect()
     }
 
     fn prefix_in_grid(&self, prefix: &[u64]) -> bool {
@@ -85,10 +80,7 @@ impl ShardedArray {
     fn covered(&self, dim: usize, s: u64) -> std::ops::Range<u64> {
         let k = self.per_shard[dim];
         let start = s.saturating_mul(k).min(self.inner_grid[dim]);
-        start
-            ..s.saturating_add(1)
-                .saturating_mul(k)
-                .min(self.inner_grid[dim])
+        start..s.saturating_add(1).saturating_mul(k).min(self.inner_grid[dim])
     }
 
     /// Whether the chunk directory with these leading coordinates exists (`/` separators).
@@ -108,15 +100,9 @@ impl ShardedArray {
         match self.encoding {
             ChunkKeyEncoding::Default(Separator::Slash) if self.ndim() > 0 => {
                 let exists = self.dir_exists(&[]).await?;
-                Ok(if exists {
-                    vec![DirEntry::dir("c")]
-                } else {
-                    vec![]
-                })
+                Ok(if exists { vec![DirEntry::dir("c")] } else { vec![] })
             }
-            ChunkKeyEncoding::V2(Separator::Slash) if self.ndim() > 0 => {
-                self.list_chunk_dir(&[]).await
-            }
+            ChunkKeyEncoding::V2(Separator::Slash) if self.ndim() > 0 => self.list_chunk_dir(&[]).await,
             _ => self.list_flat().await,
         }
     }
@@ -160,11 +146,7 @@ impl ShardedArray {
         let mut out = Vec::new();
         for shard in self.shards_in(&self.store.list_dir(&self.prefix).await?) {
             for (coords, loc) in self.chunks_of_shard(&shard).await? {
-                out.push(file(
-                    self.encoding.encode(&coords),
-                    loc.nbytes,
-                    loc.mtime_ns,
-                ));
+                out.push(file(self.encoding.encode(&coords), loc.nbytes, loc.mtime_ns));
             }
         }
         Ok(out)
@@ -179,18 +161,13 @@ impl ShardedArray {
     }
 
     /// The present inner chunks of one stored shard that lie inside the grid, in C order.
-    pub async fn chunks_of_shard(
-        &self,
-        shard: &[u64],
-    ) -> Result<Vec<(Vec<u64>, ChunkLocation)>, ShardError> {
+    pub async fn chunks_of_shard(&self, shard: &[u64]) -> Result<Vec<(Vec<u64>, ChunkLocation)>, ShardError> {
         let lo: Vec<u64> = shard
             .iter()
             .zip(&self.per_shard)
             .map(|(s, k)| s.saturating_mul(*k))
             .collect();
-        let hi: Vec<u64> = (0..self.ndim())
-            .map(|d| self.covered(d, shard[d]).end)
-            .collect();
+        let hi: Vec<u64> = (0..self.ndim()).map(|d| self.covered(d, shard[d]).end).collect();
         let mut out = Vec::new();
         for coords in box_coords(&lo, &hi) {
             if let Some(loc) = self.locate(&coords).await? {

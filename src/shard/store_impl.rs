@@ -10,8 +10,7 @@ use bytes::Bytes;
 
 use super::{ChunkLocation, ShardError, ShardedArray};
 use crate::store::{
-    Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreError, StoreResult,
-    Version,
+    Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreError, StoreResult, Version,
 };
 use crate::zarr::key_encoding::ChunkPath;
 
@@ -84,11 +83,7 @@ impl Store for ShardedArray {
         let Some(coords) = self.chunk_coords(key) else {
             return Ok(None);
         };
-        Ok(self
-            .locate(&coords)
-            .await
-            .map_err(to_store)?
-            .map(|loc| loc.meta()))
+        Ok(self.locate(&coords).await.map_err(to_store)?.map(|loc| loc.meta()))
     }
 
     async fn set(&self, _key: &str, _value: Bytes) -> StoreResult<Version> {
@@ -117,10 +112,7 @@ impl Store for ShardedArray {
         if prefix.is_empty() {
             return self.list_array_dir().await.map_err(to_store);
         }
-        match self
-            .encoding
-            .classify(prefix.trim_end_matches('/'), self.ndim())
-        {
+        match self.encoding.classify(prefix.trim_end_matches('/'), self.ndim()) {
             ChunkPath::Dir(coords) => self.list_chunk_dir(&coords).await.map_err(to_store),
             _ => Ok(Vec::new()),
         }

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{
-    Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult, Version,
-};
+use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult, Version};
 
 /// A snapshot of the counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -91,9 +89,7 @@ impl Store for CountingStore {
         self.counters.get.fetch_add(1, Relaxed);
         let result = self.inner.get(key, opts).await?;
         if let Some(r) = &result {
-            self.counters
-                .get_bytes
-                .fetch_add(r.bytes.len() as u64, Relaxed);
+            self.counters.get_bytes.fetch_add(r.bytes.len() as u64, Relaxed);
         }
         Ok(result)
     }
@@ -105,9 +101,7 @@ impl Store for CountingStore {
 
     async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
         self.counters.set.fetch_add(1, Relaxed);
-        self.counters
-            .set_bytes
-            .fetch_add(value.len() as u64, Relaxed);
+        self.counters.set_bytes.fetch_add(value.len() as u64, Relaxed);
         self.inner.set(key, value).await
     }
 

@@ -29,9 +29,7 @@ pub enum StoreError {
 impl StoreError {
     pub fn io(key: &str, source: std::io::Error) -> Self {
         if source.kind() == std::io::ErrorKind::PermissionDenied {
-            return StoreError::PermissionDenied {
-                key: key.to_string(),
-            };
+            return StoreError::PermissionDenied { key: key.to_string() };
         }
         StoreError::Io {
             key: key.to_string(),

@@ -65,9 +65,7 @@ mod tests {
 
     #[test]
     fn rejects_escapes_and_oddities() {
-        for bad in [
-            "", "/a", "a/", "a//b", "../x", "a/../b", "./a", "a\0b", "..",
-        ] {
+        for bad in ["", "/a", "a/", "a//b", "../x", "a/../b", "./a", "a\0b", ".."] {
             assert!(validate(bad).is_err(), "{bad:?} accepted");
         }
         for good in ["a", "a/b", "c/0/1", ".zarray", "x..y", "a/.hidden"] {

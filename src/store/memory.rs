@@ -7,10 +7,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::key::{validate, validate_prefix};
-use super::{
-    Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreError, StoreResult,
-    Version,
-};
+use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreError, StoreResult, Version};
 
 #[derive(Debug, Default)]
 pub struct MemoryStore {
@@ -102,13 +99,8 @@ impl Store for MemoryStore {
         let mut inner = self.lock();
         for (key, offset, bytes) in values {
             validate(key)?;
-            let mut value = inner
-                .values
-                .get(key)
-                .map(|(b, _)| b.to_vec())
-                .unwrap_or_default();
-            let start = usize::try_from(*offset)
-                .map_err(|_| StoreError::Unsupported("offset beyond memory"))?;
+            let mut value = inner.values.get(key).map(|(b, _)| b.to_vec()).unwrap_or_default();
+            let start = usize::try_from(*offset).map_err(|_| StoreError::Unsupported("offset beyond memory"))?;
             let end = start
                 .checked_add(bytes.len())
                 .ok_or(StoreError::Unsupported("offset beyond memory"))?;
@@ -168,10 +160,7 @@ mod tests {
     #[tokio::test]
     async fn ranges_versions_and_listing() {
         let store = MemoryStore::new();
-        let v1 = store
-            .set("a/b/c", Bytes::from_static(b"0123456789"))
-            .await
-            .unwrap();
+        let v1 = store.set("a/b/c", Bytes::from_static(b"0123456789")).await.unwrap();
         let got = store
             .get("a/b/c", GetOptions::range(ByteRange::Suffix(3)))
             .await
@@ -179,13 +168,7 @@ mod tests {
             .unwrap();
         assert_eq!((&got.bytes[..], got.offset), (&b"789"[..], 7));
         let got = store
-            .get(
-                "a/b/c",
-                GetOptions::range(ByteRange::Range {
-                    offset: 8,
-                    length: 10,
-                }),
-            )
+            .get("a/b/c", GetOptions::range(ByteRange::Range { offset: 8, length: 10 }))
             .await
             .unwrap()
             .unwrap();
@@ -194,15 +177,9 @@ mod tests {
             .set_partial_values(&[("a/b/c".into(), 8, Bytes::from_static(b"XYZ"))])
             .await
             .unwrap();
-        let got = store
-            .get("a/b/c", GetOptions::default())
-            .await
-            .unwrap()
-            .unwrap();
+        let got = store.get("a/b/c", GetOptions::default()).await.unwrap().unwrap();
         assert_eq!(&got.bytes[..], b"01234567XYZ");
-        let stale = store
-            .get("a/b/c", GetOptions::pinned(ByteRange::Full, v1))
-            .await;
+        let stale = store.get("a/b/c", GetOptions::pinned(ByteRange::Full, v1)).await;
         assert!(matches!(stale, Err(StoreError::VersionMismatch { .. })));
         store.insert("a/d", "x");
         let names: Vec<_> = store

@@ -15,9 +15,7 @@ pub mod memory;
 mod types;
 
 pub use error::StoreError;
-pub use types::{
-    ByteRange, Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Version,
-};
+pub use types::{ByteRange, Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Version};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -31,18 +29,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn capabilities(&self) -> Capabilities;
 
     /// Read a key, or a byte range of it. The range is clamped to the object: a range that starts
-    /// at or beyond the end returns empty bytes. With `if_version`, a store returns
-    /// [`StoreError::VersionMismatch`] instead of bytes of any other version.
+    /// at or beyond the end returns empty bytes. With `if_version`, a store returns bytes of
+    /// exactly that version (it may still hold a replaced version open) or
+    /// [`StoreError::VersionMismatch`], never bytes of any other version.
     async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>>;
 
     /// Size and version of a key without reading it.
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>>;
 
     /// Several reads; backends may coalesce. Results are in request order.
-    async fn get_partial_values(
-        &self,
-        requests: &[(String, ByteRange)],
-    ) -> StoreResult<Vec<Option<GetResult>>> {
+    async fn get_partial_values(&self, requests: &[(String, ByteRange)]) -> StoreResult<Vec<Option<GetResult>>> {
         let mut out = Vec::with_capacity(requests.len());
         for (key, range) in requests {
             out.push(self.get(key, GetOptions::range(*range)).await?);

@@ -128,11 +128,7 @@ mod tests {
         assert_eq!(t.lookup("a"), a);
         assert_eq!(t.path(a).as_deref(), Some("a"));
         t.forget(a, 1);
-        assert_eq!(
-            t.path(a).as_deref(),
-            Some("a"),
-            "dropped while still looked up"
-        );
+        assert_eq!(t.path(a).as_deref(), Some("a"), "dropped while still looked up");
         t.forget(a, 1);
         assert_eq!(t.path(a), None);
         let a2 = t.lookup("a");

@@ -144,12 +144,7 @@ impl View {
         let shard_options = ShardOptions {
             revalidate_after: options.metadata_ttl,
         };
-        let nodes = NodeCache::new(
-            store.clone(),
-            index_cache,
-            shard_options,
-            options.metadata_ttl,
-        );
+        let nodes = NodeCache::new(store.clone(), index_cache, shard_options, options.metadata_ttl);
         View {
             store,
             mode: options.mode,
@@ -223,20 +218,14 @@ impl View {
 
     async fn lookup_stored(&self, path: &str) -> Result<Option<Node>, ViewError> {
         if let Some(meta) = self.store.head(path).await? {
-            let source = Source::Stored {
-                key: path.to_string(),
-            };
+            let source = Source::Stored { key: path.to_string() };
             return Ok(Some(Node {
                 size: meta.size,
                 mtime_ns: meta.mtime_ns,
                 source,
             }));
         }
-        Ok(self
-            .store
-            .dir_exists(&dir_prefix(path))
-            .await?
-            .then(Node::dir))
+        Ok(self.store.dir_exists(&dir_prefix(path)).await?.then(Node::dir))
     }
 
     /// The entries of directory `dir`, with their nodes (no request per entry).
@@ -254,12 +243,7 @@ impl View {
                 let entries = array.list_chunk_dir(&prefix).await?;
                 Ok(entries
                     .iter()
-                    .map(|e| {
-                        (
-                            e.name.clone(),
-                            self.chunk_node(array, &format!("{rel}/{}", e.name), e),
-                        )
-                    })
+                    .map(|e| (e.name.clone(), self.chunk_node(array, &format!("{rel}/{}", e.name), e)))
                     .collect())
             }
             ChunkPath::Chunk(_) => Err(ViewError::NotADirectory(dir.to_string())),
@@ -298,10 +282,7 @@ impl View {
             }
         }
         for entry in array.list_array_dir().await? {
-            out.push((
-                entry.name.clone(),
-                self.chunk_node(array, &entry.name, &entry),
-            ));
+            out.push((entry.name.clone(), self.chunk_node(array, &entry.name, &entry)));
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
@@ -327,23 +308,13 @@ impl View {
         match &node.source {
             Source::Dir => Err(ViewError::IsADirectory),
             Source::Memory(bytes) => {
-                let (start, end) = ByteRange::Range {
-                    offset,
-                    length: len,
-                }
-                .resolve(bytes.len() as u64);
+                let (start, end) = ByteRange::Range { offset, length: len }.resolve(bytes.len() as u64);
                 Ok(bytes.slice(start as usize..end as usize))
             }
             Source::Stored { key } => {
                 let got = self
                     .store
-                    .get(
-                        key,
-                        GetOptions::range(ByteRange::Range {
-                            offset,
-                            length: len,
-                        }),
-                    )
+                    .get(key, GetOptions::range(ByteRange::Range { offset, length: len }))
                     .await?;
                 Ok(got.map(|g| g.bytes).unwrap_or_default())
             }

@@ -29,11 +29,7 @@ pub enum ZarrError {
 
     /// A value exceeds a sanity limit that protects against absurd allocations.
     #[error("{what} is {value}, above the limit of {limit}")]
-    TooLarge {
-        what: &'static str,
-        value: u64,
-        limit: u64,
-    },
+    TooLarge { what: &'static str, value: u64, limit: u64 },
 
     /// A byte buffer has the wrong length.
     #[error("{what}: expected {expected} bytes, got {actual}")]
@@ -96,10 +92,7 @@ mod tests {
             data_len: 12,
         };
         assert!(e.to_string().contains("chunk 3"));
-        let e = ZarrError::Checksum {
-            stored: 1,
-            computed: 2,
-        };
+        let e = ZarrError::Checksum { stored: 1, computed: 2 };
         assert!(e.to_string().contains("0x00000001"));
     }
 }

@@ -23,11 +23,7 @@ pub fn grid_shape(shape: &[u64], chunk: &[u64]) -> Result<Vec<u64>, ZarrError> {
     if shape.len() != chunk.len() {
         return Err(ZarrError::invalid(
             "chunk_shape",
-            format!(
-                "has {} dimensions but the shape has {}",
-                chunk.len(),
-                shape.len()
-            ),
+            format!("has {} dimensions but the shape has {}", chunk.len(), shape.len()),
         ));
     }
     shape
@@ -91,10 +87,7 @@ mod tests {
 
     #[test]
     fn grid_shape_matches_spec_example() {
-        assert_eq!(
-            grid_shape(&[10, 200, 3000], &[5, 20, 400]).unwrap(),
-            vec![2, 10, 8]
-        );
+        assert_eq!(grid_shape(&[10, 200, 3000], &[5, 20, 400]).unwrap(), vec![2, 10, 8]);
         assert_eq!(grid_shape(&[0, 1], &[3, 3]).unwrap(), vec![0, 1]);
         assert_eq!(grid_shape(&[u64::MAX], &[2]).unwrap(), vec![1 << 63]);
         assert_eq!(grid_shape(&[], &[]).unwrap(), Vec::<u64>::new());

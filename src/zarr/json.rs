@@ -16,19 +16,14 @@ pub(crate) fn object<'a>(v: &'a Value, field: &str) -> Result<&'a Map<String, Va
 }
 
 /// A required member of an object.
-pub(crate) fn required<'a>(
-    obj: &'a Map<String, Value>,
-    key: &str,
-    field: &str,
-) -> Result<&'a Value, ZarrError> {
+pub(crate) fn required<'a>(obj: &'a Map<String, Value>, key: &str, field: &str) -> Result<&'a Value, ZarrError> {
     obj.get(key)
         .ok_or_else(|| ZarrError::invalid(field, "required field is missing"))
 }
 
 /// The value as a string.
 pub(crate) fn string<'a>(v: &'a Value, field: &str) -> Result<&'a str, ZarrError> {
-    v.as_str()
-        .ok_or_else(|| ZarrError::invalid(field, "must be a string"))
+    v.as_str().ok_or_else(|| ZarrError::invalid(field, "must be a string"))
 }
 
 /// The value as a JSON array.
@@ -44,9 +39,8 @@ pub(crate) fn u64_array(v: &Value, field: &str) -> Result<Vec<u64>, ZarrError> {
         .iter()
         .enumerate()
         .map(|(i, x)| {
-            x.as_u64().ok_or_else(|| {
-                ZarrError::invalid(format!("{field}[{i}]"), "must be a non-negative integer")
-            })
+            x.as_u64()
+                .ok_or_else(|| ZarrError::invalid(format!("{field}[{i}]"), "must be a non-negative integer"))
         })
         .collect()
 }
@@ -55,10 +49,7 @@ pub(crate) fn u64_array(v: &Value, field: &str) -> Result<Vec<u64>, ZarrError> {
 pub(crate) fn positive_u64_array(v: &Value, field: &str) -> Result<Vec<u64>, ZarrError> {
     let dims = u64_array(v, field)?;
     if let Some(i) = dims.iter().position(|&d| d == 0) {
-        return Err(ZarrError::invalid(
-            format!("{field}[{i}]"),
-            "must be greater than zero",
-        ));
+        return Err(ZarrError::invalid(format!("{field}[{i}]"), "must be greater than zero"));
     }
     Ok(dims)
 }
@@ -81,10 +72,7 @@ mod tests {
     #[test]
     fn positive_names_the_zero_entry() {
         let err = positive_u64_array(&json!([3, 0]), "chunk_shape").unwrap_err();
-        assert_eq!(
-            err,
-            ZarrError::invalid("chunk_shape[1]", "must be greater than zero")
-        );
+        assert_eq!(err, ZarrError::invalid("chunk_shape[1]", "must be greater than zero"));
     }
 
     #[test]

@@ -87,12 +87,7 @@ impl ChunkKeyEncoding {
                 };
                 (name, config)
             }
-            _ => {
-                return Err(ZarrError::invalid(
-                    FIELD,
-                    "must be an object or a name string",
-                ))
-            }
+            _ => return Err(ZarrError::invalid(FIELD, "must be an object or a name string")),
         };
         let separator = |default: Separator| match config.and_then(|c| c.get("separator")) {
             None => Ok(default),
@@ -309,10 +304,7 @@ mod tests {
         assert_eq!(V2_SLASH.decode("1/2", 2), Some(vec![1, 2]));
         assert_eq!(DEF_SLASH.decode("c", 0), Some(vec![]));
         assert_eq!(V2_DOT.decode("0", 0), Some(vec![]));
-        assert_eq!(
-            DEF_SLASH.decode("c/18446744073709551615", 1),
-            Some(vec![u64::MAX])
-        );
+        assert_eq!(DEF_SLASH.decode("c/18446744073709551615", 1), Some(vec![u64::MAX]));
     }
 
     #[test]

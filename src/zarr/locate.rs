@@ -30,10 +30,7 @@ impl ShardLayout {
     pub fn locate(&self, inner_coords: &[u64]) -> Option<InnerLocation> {
         let first = self.levels.first()?;
         let ndim = self.inner_chunk_shape.len();
-        if inner_coords.len() != ndim
-            || first.shard_shape.len() != ndim
-            || self.inner_chunk_shape.contains(&0)
-        {
+        if inner_coords.len() != ndim || first.shard_shape.len() != ndim || self.inner_chunk_shape.contains(&0) {
             return None;
         }
         let element = mul_each(inner_coords, &self.inner_chunk_shape)?;

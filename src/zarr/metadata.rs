@@ -44,12 +44,7 @@ impl CodecSpec {
                 };
                 (name.to_owned(), configuration)
             }
-            _ => {
-                return Err(ZarrError::invalid(
-                    field,
-                    "codec must be an object or a name string",
-                ))
-            }
+            _ => return Err(ZarrError::invalid(field, "codec must be an object or a name string")),
         };
         if name.is_empty() {
             return Err(ZarrError::invalid(field, "codec name is empty"));
@@ -119,9 +114,7 @@ impl ArrayMetadata {
 
 /// Parse a Zarr v3 `zarr.json` (zarr_format must be 3, node_type "group" or "array").
 pub fn parse_zarr_json(bytes: &[u8]) -> Result<NodeMetadata, ZarrError> {
-    let raw: Value = serde_json::from_slice(bytes).map_err(|e| ZarrError::Json {
-        reason: e.to_string(),
-    })?;
+    let raw: Value = serde_json::from_slice(bytes).map_err(|e| ZarrError::Json { reason: e.to_string() })?;
     let doc = raw.as_object().ok_or_else(|| ZarrError::Json {
         reason: "top level is not a JSON object".into(),
     })?;
@@ -152,21 +145,14 @@ fn parse_array(doc: &Map<String, Value>, raw: Value) -> Result<ArrayMetadata, Za
 
     let data_type = json::required(doc, "data_type", "data_type")?;
     if !(data_type.is_string() || data_type.is_object()) {
-        return Err(ZarrError::invalid(
-            "data_type",
-            "must be a name string or an object",
-        ));
+        return Err(ZarrError::invalid("data_type", "must be a name string or an object"));
     }
 
     let chunk_shape = parse_regular_grid(json::required(doc, "chunk_grid", "chunk_grid")?)?;
     if chunk_shape.len() != shape.len() {
         return Err(ZarrError::invalid(
             "chunk_grid.configuration.chunk_shape",
-            format!(
-                "has {} dimensions but shape has {}",
-                chunk_shape.len(),
-                shape.len()
-            ),
+            format!("has {} dimensions but shape has {}", chunk_shape.len(), shape.len()),
         ));
     }
     checked_product(&chunk_shape)?;
@@ -199,10 +185,7 @@ fn parse_array(doc: &Map<String, Value>, raw: Value) -> Result<ArrayMetadata, Za
 fn parse_regular_grid(v: &Value) -> Result<Vec<u64>, ZarrError> {
     let name = match v {
         Value::String(s) => s.as_str(),
-        Value::Object(obj) => json::string(
-            json::required(obj, "name", "chunk_grid.name")?,
-            "chunk_grid.name",
-        )?,
+        Value::Object(obj) => json::string(json::required(obj, "name", "chunk_grid.name")?, "chunk_grid.name")?,
         _ => return Err(ZarrError::invalid("chunk_grid", "must be an object")),
     };
     if name != "regular" {
@@ -221,11 +204,7 @@ fn parse_regular_grid(v: &Value) -> Result<Vec<u64>, ZarrError> {
         }
     };
     json::positive_u64_array(
-        json::required(
-            config,
-            "chunk_shape",
-            "chunk_grid.configuration.chunk_shape",
-        )?,
+        json::required(config, "chunk_shape", "chunk_grid.configuration.chunk_shape")?,
         "chunk_grid.configuration.chunk_shape",
     )
 }
@@ -282,22 +261,13 @@ mod tests {
         assert_eq!(a.chunk_shape, vec![50, 50]);
         assert_eq!(a.data_type, json!("float32"));
         assert_eq!(a.fill_value, json!(0.0));
-        assert_eq!(
-            a.chunk_key_encoding,
-            ChunkKeyEncoding::Default(Separator::Slash)
-        );
+        assert_eq!(a.chunk_key_encoding, ChunkKeyEncoding::Default(Separator::Slash));
         assert_eq!(a.codecs.len(), 1);
         assert_eq!(a.codecs[0].name, "sharding_indexed");
         assert_eq!(a.codecs[0].config("chunk_shape"), Some(&json!([10, 10])));
         assert!(a.storage_transformers.is_empty());
         assert_eq!(a.grid_shape().unwrap(), vec![2, 2]);
-        let keys: Vec<&str> = a
-            .raw
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let keys: Vec<&str> = a.raw.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys[0], "zarr_format");
         assert_eq!(keys[keys.len() - 1], "storage_transformers");
     }
@@ -315,20 +285,15 @@ mod tests {
 
     #[test]
     fn group_and_defaults() {
-        let g = parse_zarr_json(br#"{"zarr_format":3,"node_type":"group","attributes":{"x":[1]}}"#)
-            .unwrap();
+        let g = parse_zarr_json(br#"{"zarr_format":3,"node_type":"group","attributes":{"x":[1]}}"#).unwrap();
         assert!(matches!(g, NodeMetadata::Group { raw } if raw["attributes"]["x"] == json!([1])));
 
         let a = parse_zarr_json(&without("chunk_key_encoding")).unwrap();
         let NodeMetadata::Array(a) = a else { panic!() };
         assert_eq!(a.chunk_key_encoding, ChunkKeyEncoding::default());
-        assert_eq!(
-            ChunkKeyEncoding::default(),
-            ChunkKeyEncoding::Default(Separator::Slash)
-        );
+        assert_eq!(ChunkKeyEncoding::default(), ChunkKeyEncoding::Default(Separator::Slash));
 
-        let NodeMetadata::Array(a) = parse_zarr_json(&without("storage_transformers")).unwrap()
-        else {
+        let NodeMetadata::Array(a) = parse_zarr_json(&without("storage_transformers")).unwrap() else {
             panic!()
         };
         assert!(a.storage_transformers.is_empty());
@@ -394,10 +359,7 @@ mod tests {
         invalid(&with("codecs", json!([])));
         invalid(&with("codecs", json!({"name":"bytes"})));
         invalid(&with("codecs", json!([{"configuration":{}}])));
-        invalid(&with(
-            "codecs",
-            json!([{"name":"bytes","configuration":[1]}]),
-        ));
+        invalid(&with("codecs", json!([{"name":"bytes","configuration":[1]}])));
         invalid(&with("codecs", json!([{"name":""}])));
         invalid(&with("codecs", json!([3])));
         invalid(&with("chunk_key_encoding", json!({"name":"weird"})));
@@ -412,8 +374,7 @@ mod tests {
     #[test]
     fn absurd_but_representable_shapes() {
         // 2^64-1 elements in chunks of 1: element and chunk counts fit.
-        let NodeMetadata::Array(a) = parse_zarr_json(&with("shape", json!([u64::MAX, 1]))).unwrap()
-        else {
+        let NodeMetadata::Array(a) = parse_zarr_json(&with("shape", json!([u64::MAX, 1]))).unwrap() else {
             panic!()
         };
         assert_eq!(a.shape[0], u64::MAX);

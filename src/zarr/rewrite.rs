@@ -70,16 +70,10 @@ mod tests {
         let meta = parse(DOC.as_bytes());
         let out = rewrite_unsharded(&meta, &layout(&meta));
         let text = String::from_utf8(out.clone()).unwrap();
-        assert!(
-            text.starts_with("{\n  \"zarr_format\": 3,\n  \"node_type\""),
-            "{text}"
-        );
+        assert!(text.starts_with("{\n  \"zarr_format\": 3,\n  \"node_type\""), "{text}");
 
         let view = parse(&out);
-        assert_eq!(
-            order(&strip(view.raw.clone())),
-            order(&strip(meta.raw.clone()))
-        );
+        assert_eq!(order(&strip(view.raw.clone())), order(&strip(meta.raw.clone())));
         // Same key positions at the top level, including the replaced ones.
         let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
         assert_eq!(keys(&view.raw), keys(&meta.raw));
@@ -107,9 +101,6 @@ mod tests {
             view.raw["codecs"],
             json!(["bytes_shorthand_is_kept", {"name":"gzip","configuration":{"level":1}}])
         );
-        assert_eq!(
-            order(&strip(view.raw.clone())),
-            order(&strip(meta.raw.clone()))
-        );
+        assert_eq!(order(&strip(view.raw.clone())), order(&strip(meta.raw.clone())));
     }
 }

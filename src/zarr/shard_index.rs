@@ -52,11 +52,8 @@ impl ShardIndex {
                 limit: MAX_CHUNKS_PER_SHARD,
             });
         }
-        let n = usize::try_from(num_chunks)
-            .map_err(|_| ZarrError::overflow("number of chunks as usize"))?;
-        Ok(ShardIndex {
-            entries: vec![None; n],
-        })
+        let n = usize::try_from(num_chunks).map_err(|_| ZarrError::overflow("number of chunks as usize"))?;
+        Ok(ShardIndex { entries: vec![None; n] })
     }
 
     pub fn num_chunks(&self) -> u64 {
@@ -73,12 +70,7 @@ impl ShardIndex {
 
     /// Decode and verify an index of `num_chunks` entries for a shard (or
     /// sub-shard) of `data_len` bytes.
-    pub fn decode(
-        bytes: &[u8],
-        num_chunks: u64,
-        codec: IndexCodec,
-        data_len: u64,
-    ) -> Result<Self, ZarrError> {
+    pub fn decode(bytes: &[u8], num_chunks: u64, codec: IndexCodec, data_len: u64) -> Result<Self, ZarrError> {
         let expected = Self::encoded_size(num_chunks, codec)?;
         if bytes.len() as u64 != expected {
             return Err(ZarrError::Length {
@@ -190,12 +182,7 @@ impl ShardIndex {
 }
 
 /// Interpret one (offset, nbytes) pair of the chunk with C-order index `chunk`.
-fn decode_entry(
-    chunk: u64,
-    offset: u64,
-    nbytes: u64,
-    data_len: u64,
-) -> Result<Option<ChunkRange>, ZarrError> {
+fn decode_entry(chunk: u64, offset: u64, nbytes: u64, data_len: u64) -> Result<Option<ChunkRange>, ZarrError> {
     if offset == EMPTY && nbytes == EMPTY {
         return Ok(None);
     }
@@ -256,10 +243,7 @@ mod tests {
         assert_eq!(ShardIndex::encoded_size(4, LE).unwrap(), 64);
         assert_eq!(ShardIndex::encoded_size(0, LE_CRC).unwrap(), 4);
         assert!(ShardIndex::encoded_size(u64::MAX / 8, LE).is_err());
-        assert_eq!(
-            ShardIndex::encoded_size(u64::MAX / 16, LE_CRC).unwrap(),
-            u64::MAX - 11
-        );
+        assert_eq!(ShardIndex::encoded_size(u64::MAX / 16, LE_CRC).unwrap(), u64::MAX - 11);
         assert!(ShardIndex::encoded_size(u64::MAX / 16 + 1, LE_CRC).is_err());
     }
 
@@ -269,28 +253,10 @@ mod tests {
         for codec in [LE, LE_CRC, BE, BE_CRC] {
             let idx = ShardIndex::decode(&manual(&entries, codec), 4, codec, 100).unwrap();
             assert_eq!(idx.num_chunks(), 4);
-            assert_eq!(
-                idx.get(0),
-                Some(ChunkRange {
-                    offset: 0,
-                    nbytes: 10
-                })
-            );
+            assert_eq!(idx.get(0), Some(ChunkRange { offset: 0, nbytes: 10 }));
             assert_eq!(idx.get(1), None);
-            assert_eq!(
-                idx.get(2),
-                Some(ChunkRange {
-                    offset: 10,
-                    nbytes: 0
-                })
-            );
-            assert_eq!(
-                idx.get(3),
-                Some(ChunkRange {
-                    offset: 90,
-                    nbytes: 10
-                })
-            );
+            assert_eq!(idx.get(2), Some(ChunkRange { offset: 10, nbytes: 0 }));
+            assert_eq!(idx.get(3), Some(ChunkRange { offset: 90, nbytes: 10 }));
             assert_eq!(idx.get(4), None);
             assert_eq!(idx.get(u64::MAX), None);
             assert_eq!(idx.count_present(), 3);
@@ -381,35 +347,15 @@ mod tests {
         let mut idx = ShardIndex::empty(3).unwrap();
         assert_eq!(idx.count_present(), 0);
         assert_eq!(idx.encode(LE), manual(&[(u64::MAX, u64::MAX); 3], LE));
-        idx.set(
-            1,
-            Some(ChunkRange {
-                offset: 4,
-                nbytes: 4,
-            }),
-        )
-        .unwrap();
+        idx.set(1, Some(ChunkRange { offset: 4, nbytes: 4 })).unwrap();
         assert_eq!(idx.count_present(), 1);
         assert_eq!(
             idx.iter().collect::<Vec<_>>(),
-            vec![
-                (0, None),
-                (
-                    1,
-                    Some(ChunkRange {
-                        offset: 4,
-                        nbytes: 4
-                    })
-                ),
-                (2, None)
-            ]
+            vec![(0, None), (1, Some(ChunkRange { offset: 4, nbytes: 4 })), (2, None)]
         );
         idx.set(1, None).unwrap();
         assert_eq!(idx.get(1), None);
-        assert_eq!(
-            idx.set(3, None),
-            Err(ZarrError::IndexOutOfRange { index: 3, len: 3 })
-        );
+        assert_eq!(idx.set(3, None), Err(ZarrError::IndexOutOfRange { index: 3, len: 3 }));
         assert!(idx
             .set(
                 0,
@@ -428,10 +374,7 @@ mod tests {
                 })
             )
             .is_ok());
-        assert!(matches!(
-            ShardIndex::empty(u64::MAX),
-            Err(ZarrError::TooLarge { .. })
-        ));
+        assert!(matches!(ShardIndex::empty(u64::MAX), Err(ZarrError::TooLarge { .. })));
         assert_eq!(ShardIndex::empty(0).unwrap().encode(LE_CRC).len(), 4);
     }
 

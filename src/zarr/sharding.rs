@@ -68,10 +68,7 @@ impl ShardingConfig {
             json::required(config, "chunk_shape", &field("chunk_shape"))?,
             &field("chunk_shape"),
         )?;
-        let codecs = parse_codecs(
-            json::required(config, "codecs", &field("codecs"))?,
-            &field("codecs"),
-        )?;
+        let codecs = parse_codecs(json::required(config, "codecs", &field("codecs"))?, &field("codecs"))?;
         let index_codecs = parse_codecs(
             json::required(config, "index_codecs", &field("index_codecs"))?,
             &field("index_codecs"),
@@ -165,9 +162,7 @@ impl ShardLevel {
                 (Some(0), Some(n)) => Ok(n),
                 _ => Err(ZarrError::unsupported(
                     "sharding_indexed",
-                    format!(
-                        "inner chunk shape {chunk_shape:?} does not evenly divide shard shape {shard_shape:?}"
-                    ),
+                    format!("inner chunk shape {chunk_shape:?} does not evenly divide shard shape {shard_shape:?}"),
                 )),
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -321,8 +316,7 @@ pub(crate) mod tests {
 
     #[test]
     fn config_parsing() {
-        let c =
-            ShardingConfig::from_codec(&codec(sharding(json!([10, 10]), bytes_zstd()))).unwrap();
+        let c = ShardingConfig::from_codec(&codec(sharding(json!([10, 10]), bytes_zstd()))).unwrap();
         assert_eq!(c.chunk_shape, vec![10, 10]);
         assert_eq!(c.codecs.len(), 2);
         assert_eq!(
@@ -335,8 +329,7 @@ pub(crate) mod tests {
         assert_eq!(c.index_location, IndexLocation::End);
 
         let mut v = sharding(json!([4]), bytes_zstd());
-        v["configuration"]["index_codecs"] =
-            json!([{"name":"bytes","configuration":{"endian":"big"}}]);
+        v["configuration"]["index_codecs"] = json!([{"name":"bytes","configuration":{"endian":"big"}}]);
         v["configuration"]["index_location"] = json!("start");
         let c = ShardingConfig::from_codec(&codec(v.clone())).unwrap();
         assert_eq!(
@@ -348,10 +341,7 @@ pub(crate) mod tests {
         );
         assert_eq!(c.index_location, IndexLocation::Start);
 
-        v["configuration"]
-            .as_object_mut()
-            .unwrap()
-            .remove("index_location");
+        v["configuration"].as_object_mut().unwrap().remove("index_location");
         let c = ShardingConfig::from_codec(&codec(v)).unwrap();
         assert_eq!(c.index_location, IndexLocation::End);
     }
@@ -367,17 +357,11 @@ pub(crate) mod tests {
         bad(&|v| v["configuration"]["chunk_shape"] = json!("10"));
         bad(&|v| v["configuration"]["codecs"] = json!([]));
         bad(&|v| {
-            v["configuration"]
-                .as_object_mut()
-                .unwrap()
-                .remove("index_codecs");
+            v["configuration"].as_object_mut().unwrap().remove("index_codecs");
         });
         bad(&|v| v["configuration"]["index_location"] = json!("middle"));
         bad(&|v| v["configuration"]["index_codecs"] = json!(["bytes"]));
-        bad(&|v| {
-            v["configuration"]["index_codecs"] =
-                json!([{"name":"bytes","configuration":{"endian":"middle"}}])
-        });
+        bad(&|v| v["configuration"]["index_codecs"] = json!([{"name":"bytes","configuration":{"endian":"middle"}}]));
         assert!(matches!(
             bad(
                 &|v| v["configuration"]["index_codecs"] = json!([{"name":"bytes","configuration":{"endian":"little"}},{"name":"gzip","configuration":{"level":1}}])
@@ -447,11 +431,7 @@ pub(crate) mod tests {
         };
         assert_eq!(layout.levels.len(), 1);
         assert_eq!(layout.inner_chunk_shape, vec![10, 10]);
-        let names: Vec<&str> = layout
-            .inner_codecs
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect();
+        let names: Vec<&str> = layout.inner_codecs.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["sharding_indexed", "crc32c"]);
     }
 
@@ -494,11 +474,7 @@ pub(crate) mod tests {
 
     #[test]
     fn zero_dimensional_sharding() {
-        let meta = array_meta(
-            json!([]),
-            json!([]),
-            json!([sharding(json!([]), bytes_zstd())]),
-        );
+        let meta = array_meta(json!([]), json!([]), json!([sharding(json!([]), bytes_zstd())]));
         let Sharding::Sharded(layout) = analyse(&meta) else {
             panic!()
         };
