@@ -117,8 +117,21 @@ impl ShardedArray {
     }
 
     /// Where the inner chunk at `coords` is stored; `None` when it is outside the grid, its
-    /// shard does not exist or its index entry is empty.
+    /// shard does not exist or its index entry is empty. A shard replaced while its nested
+    /// indexes are read is located again from its new version (bounded retries).
     pub async fn locate(&self, coords: &[u64]) -> Result<Option<ChunkLocation>, ShardError> {
+        for _ in 0..VERSION_RETRIES {
+            match self.locate_once(coords).await {
+                Err(ShardError::Store(StoreError::VersionMismatch { key, .. })) => self.forget_shard(&key),
+                other => return other,
+            }
+        }
+        Err(ShardError::Unstable {
+            key: self.encoding.encode(coords),
+        })
+    }
+
+    async fn locate_once(&self, coords: &[u64]) -> Result<Option<ChunkLocation>, ShardError> {
         if !self.in_grid(coords) {
             return Ok(None);
         }
@@ -339,6 +352,15 @@ fn decode_index(
     };
     let index = ShardIndex::decode(bytes, level.num_chunks(), level.index_codec, data_len)
         .map_err(|e| ShardError::from_zarr(key, e))?;
+    if level.index_location == IndexLocation::Start {
+        let overlapping = index.iter().find(|(_, r)| r.is_some_and(|r| r.offset < index_size));
+        if let Some((chunk, _)) = overlapping {
+            return Err(ShardError::corrupt(
+                key,
+                format!("index entry of chunk {chunk} points into the index"),
+            ));
+        }
+    }
     Ok((start, index))
 }
 

@@ -29,9 +29,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn capabilities(&self) -> Capabilities;
 
     /// Read a key, or a byte range of it. The range is clamped to the object: a range that starts
-    /// at or beyond the end returns empty bytes. With `if_version`, a store returns bytes of
-    /// exactly that version (it may still hold a replaced version open) or
-    /// [`StoreError::VersionMismatch`], never bytes of any other version.
+    /// at or beyond the end returns empty bytes. With `if_version`, a store returns
+    /// [`StoreError::VersionMismatch`] unless that version is the current one: never stale bytes,
+    /// never bytes of another version.
     async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>>;
 
     /// Size and version of a key without reading it.
