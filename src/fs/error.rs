@@ -71,6 +71,7 @@ impl FsError {
                 store_errno(e)
             }
             FsError::View(ViewError::Shard(ShardError::Corrupt { .. })) => libc::EIO,
+            FsError::View(ViewError::Vanished(_)) => libc::ESTALE,
             FsError::View(ViewError::Shard(ShardError::Unstable { .. })) => libc::ESTALE,
         }
     }

@@ -196,6 +196,7 @@ impl Fs {
         if node.is_dir() {
             return Err(FsError::IsADirectory);
         }
+        let node = self.view.current(node).await?.ok_or(FsError::NotFound)?;
         Ok(self.files.insert(FileHandle {
             path,
             node,

@@ -120,8 +120,19 @@ impl ShardedArray {
     /// shard does not exist or its index entry is empty. A shard replaced while its nested
     /// indexes are read is located again from its new version (bounded retries).
     pub async fn locate(&self, coords: &[u64]) -> Result<Option<ChunkLocation>, ShardError> {
+        self.locate_within(coords, self.options.revalidate_after).await
+    }
+
+    /// Like [`locate`](Self::locate), but first confirms that the shard's cached index is
+    /// still its current version (one `head`), for operations that must not act on a stale
+    /// index: opening a file.
+    pub async fn locate_current(&self, coords: &[u64]) -> Result<Option<ChunkLocation>, ShardError> {
+        self.locate_within(coords, Duration::ZERO).await
+    }
+
+    async fn locate_within(&self, coords: &[u64], max_age: Duration) -> Result<Option<ChunkLocation>, ShardError> {
         for _ in 0..VERSION_RETRIES {
-            match self.locate_once(coords).await {
+            match self.locate_once(coords, max_age).await {
                 Err(ShardError::Store(StoreError::VersionMismatch { key, .. })) => self.forget_shard(&key),
                 other => return other,
             }
@@ -131,7 +142,7 @@ impl ShardedArray {
         })
     }
 
-    async fn locate_once(&self, coords: &[u64]) -> Result<Option<ChunkLocation>, ShardError> {
+    async fn locate_once(&self, coords: &[u64], max_age: Duration) -> Result<Option<ChunkLocation>, ShardError> {
         if !self.in_grid(coords) {
             return Ok(None);
         }
@@ -139,7 +150,7 @@ impl ShardedArray {
             return Ok(None);
         };
         let shard_key = self.shard_key(&loc.shard_coords);
-        let Some(mut index) = self.top_index(&shard_key).await? else {
+        let Some(mut index) = self.top_index(&shard_key, max_age).await? else {
             return Ok(None);
         };
         let (version, mtime_ns) = (index.version.clone(), index.mtime_ns);
@@ -228,14 +239,19 @@ impl ShardedArray {
         self.cache.invalidate_shard(shard_key);
     }
 
-    /// The stored shard's own index, from the cache when its version is recent enough.
-    pub(super) async fn top_index(&self, shard_key: &str) -> Result<Option<Arc<CachedIndex>>, ShardError> {
+    /// The stored shard's own index, from the cache when its version was confirmed less than
+    /// `max_age` ago.
+    pub(super) async fn top_index(
+        &self,
+        shard_key: &str,
+        max_age: Duration,
+    ) -> Result<Option<Arc<CachedIndex>>, ShardError> {
         let key = IndexKey {
             shard: shard_key.to_string(),
             sub: Vec::new(),
         };
         if let Some(cached) = self.cache.get(&key) {
-            if cached.age() < self.options.revalidate_after {
+            if cached.age() < max_age {
                 return Ok(Some(cached));
             }
             match self.store.head(shard_key).await? {

@@ -59,6 +59,9 @@ pub enum ViewError {
     NotADirectory(String),
     #[error("is a directory")]
     IsADirectory,
+    /// A file that was open has disappeared from the store.
+    #[error("{0}: removed from the store while open")]
+    Vanished(String),
 }
 
 /// Where a node's bytes come from.
@@ -303,26 +306,46 @@ impl View {
         }
     }
 
-    /// Read `len` bytes at `offset` of a file node (short at the end of the file).
+    /// The node as the store holds it now: a chunk's shard version is confirmed first (a file
+    /// about to be opened must not come from a stale index). `None` if it is gone.
+    pub async fn current(&self, node: Node) -> Result<Option<Node>, ViewError> {
+        let Source::Chunk { array, coords } = &node.source else {
+            return Ok(Some(node));
+        };
+        let Some(loc) = array.locate_current(coords).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Node {
+            size: loc.nbytes,
+            mtime_ns: loc.mtime_ns,
+            ..node
+        }))
+    }
+
+    /// Read `len` bytes at `offset` of a file node (short at the end of the file). A file that
+    /// has disappeared from the store is an error, not an empty read.
     pub async fn read(&self, node: &Node, offset: u64, len: u64) -> Result<Bytes, ViewError> {
-        match &node.source {
-            Source::Dir => Err(ViewError::IsADirectory),
+        let bytes = match &node.source {
+            Source::Dir => return Err(ViewError::IsADirectory),
             Source::Memory(bytes) => {
                 let (start, end) = ByteRange::Range { offset, length: len }.resolve(bytes.len() as u64);
-                Ok(bytes.slice(start as usize..end as usize))
+                return Ok(bytes.slice(start as usize..end as usize));
             }
             Source::Stored { key } => {
-                let got = self
-                    .store
-                    .get(key, GetOptions::range(ByteRange::Range { offset, length: len }))
-                    .await?;
-                Ok(got.map(|g| g.bytes).unwrap_or_default())
+                let range = GetOptions::range(ByteRange::Range { offset, length: len });
+                self.store.get(key, range).await?.map(|g| g.bytes)
             }
-            Source::Chunk { array, coords } => Ok(array
-                .read_chunk(coords, offset, len)
-                .await?
-                .map(|(_, b)| b)
-                .unwrap_or_default()),
+            Source::Chunk { array, coords } => array.read_chunk(coords, offset, len).await?.map(|(_, b)| b),
+        };
+        bytes.ok_or_else(|| ViewError::Vanished(self.describe(node)))
+    }
+
+    fn describe(&self, node: &Node) -> String {
+        match &node.source {
+            Source::Stored { key } => key.clone(),
+            // Chunk keys of the view are spelled like shard keys of the store.
+            Source::Chunk { array, coords } => array.shard_key(coords),
+            Source::Dir | Source::Memory(_) => String::new(),
         }
     }
 }

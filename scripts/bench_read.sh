@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Read benchmark of zarrfs, side by side in one run, for small (8 KiB) and large (128 KiB)
+# inner chunks (`bytes` codec only, so the chunk file sizes are exact):
+#   view    cp -r of the array from the mounted unsharded view
+#   native  cp -r of the same unsharded chunk files from the native filesystem
+#   ts      tensorstore reading the sharded array and writing an unsharded copy (re-encode)
+# Page caches are dropped before each timed run when possible.
+#
+# Usage: scripts/bench_read.sh
+# Env:   ZARRFS_BIN   binary (default target/release/zarrfs)
+#        BENCH_SCALE  scales the array sizes (default 1: ~32 MB of 8 KiB, ~192 MB of 128 KiB)
+#        BENCH_DIR    work directory (default: a new one under ${TMPDIR:-/var/tmp}, removed after)
+#        RUNS         timed runs per measurement; the fastest is reported (default 3)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${ZARRFS_BIN:-$REPO/target/release/zarrfs}"
+PY="$REPO/.venv/bin/python"
+SCALE="${BENCH_SCALE:-1}"
+RUNS="${RUNS:-3}"
+SIZES=(small large)
+
+say() { echo "bench: $*" >&2; }
+
+[ -x "$BIN" ] || { say "no binary at $BIN (cargo build --release, or set ZARRFS_BIN)"; exit 1; }
+[ -x "$PY" ] || { say "no venv at $REPO/.venv (run scripts/setup.sh)"; exit 1; }
+
+if [ -n "${BENCH_DIR:-}" ]; then
+    WORK="$BENCH_DIR"; mkdir -p "$WORK"; KEEP=1
+else
+    WORK="$(mktemp -d "${TMPDIR:-/var/tmp}/zarrfs-bench.XXXXXX")"; KEEP=0
+fi
+MNT="$WORK/mnt"
+RESULTS="$WORK/results.tsv"
+
+cleanup() {
+    if mountpoint -q "$MNT" 2>/dev/null; then
+        fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
+    fi
+    if [ -n "${DAEMON_PIDS:-}" ]; then
+        for pid in $DAEMON_PIDS; do kill "$pid" 2>/dev/null || true; done
+    fi
+    [ "$KEEP" = 1 ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+CAN_DROP=0
+if [ -w /proc/sys/vm/drop_caches ] && sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then
+    CAN_DROP=1
+fi
+drop_caches() {
+    sync
+    if [ "$CAN_DROP" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi
+}
+
+now() { date +%s.%N; }
+
+# time_fastest CMD...: run CMD $RUNS times after dropping caches; print the fastest seconds.
+# CMD gets the run number as its last argument so each run can write a fresh destination.
+time_fastest() {
+    local best="" run start end secs
+    for run in $(seq 1 "$RUNS"); do
+        drop_caches
+        start=$(now)
+        "$@" "$run"
+        end=$(now)
+        secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')
+        if [ -z "$best" ] || awk -v s="$secs" -v b="$best" 'BEGIN { exit !(s < b) }'; then
+            best=$secs
+        fi
+    done
+    echo "$best"
+}
+
+copy_tree() { # SRC DST_PREFIX RUN
+    rm -rf "$2.$3"
+    cp -r "$1" "$2.$3"
+    rm -rf "$2.$3"
+}
+
+tensorstore_reencode() { # SRC DST_PREFIX RUN
+    rm -rf "$2.$3"
+    "$PY" - "$1" "$2.$3" <<'EOF'
+import json, sys
+import tensorstore as ts
+src_path, dst_path = sys.argv[1], sys.argv[2]
+src = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": src_path + "/"}},
+              open=True, read=True).result()
+meta = json.load(open(src_path + "/zarr.json"))
+sharding = meta["codecs"][0]["configuration"]
+meta["chunk_grid"]["configuration"]["chunk_shape"] = sharding["chunk_shape"]
+meta["codecs"] = sharding["codecs"]
+dst = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": dst_path + "/"},
+               "metadata": meta}, create=True).result()
+dst.write(src).result()
+EOF
+    rm -rf "$2.$3"
+}
+
+# -- fixtures, mount, native copy
+say "work directory $WORK"
+say "writing benchmark arrays (scale $SCALE)"
+"$PY" "$REPO/scripts/fixtures.py" "$WORK/fx" --sets bench --bench-scale "$SCALE" -q
+SRC="$WORK/fx/root"
+
+mkdir -p "$MNT" "$WORK/native" "$WORK/out"
+say "mounting $SRC on $MNT"
+RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$SRC" "$MNT" --log-file "$WORK/zarrfs.log"
+DAEMON_PIDS=$(pgrep -f -- "mount $SRC $MNT" || true)
+
+for size in "${SIZES[@]}"; do
+    say "native copy of bench/$size (cp -r from the view)"
+    cp -r "$MNT/bench/$size" "$WORK/native/$size"
+    if ! diff -rq "$MNT/bench/$size" "$WORK/native/$size" >/dev/null; then
+        say "WARNING: the native copy of bench/$size differs from the view"
+    fi
+done
+
+# -- timed runs
+printf "size\tfiles\tbytes\tview_s\tnative_s\tts_s\n" > "$RESULTS"
+for size in "${SIZES[@]}"; do
+    files=$(find "$WORK/native/$size" -type f ! -name zarr.json | wc -l)
+    bytes=$(find "$WORK/native/$size" -type f ! -name zarr.json -printf '%s\n' | awk '{s+=$1} END {print s+0}')
+    say "timing bench/$size: $files chunk files, $bytes bytes"
+    t_view=$(time_fastest copy_tree "$MNT/bench/$size" "$WORK/out/view_$size")
+    t_native=$(time_fastest copy_tree "$WORK/native/$size" "$WORK/out/native_$size")
+    t_ts=$(time_fastest tensorstore_reencode "$SRC/bench/$size" "$WORK/out/ts_$size")
+    printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$size" "$files" "$bytes" "$t_view" "$t_native" "$t_ts" >> "$RESULTS"
+done
+
+# -- table
+[ "$CAN_DROP" = 1 ] && caches="dropped before each run" || caches="NOT dropped (no permission)"
+echo
+echo "zarrfs read benchmark: $("$BIN" --version 2>/dev/null | head -1) ($BIN), page caches $caches, fastest of $RUNS run(s)"
+"$PY" - "$RESULTS" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+head = ("inner chunks", "files", "MB", "view s", "view MB/s", "native s", "native MB/s",
+        "tensorstore s", "ts MB/s", "view/native", "view/ts")
+print("  ".join(f"{h:>13s}" for h in head))
+for r in rows:
+    mb = int(r["bytes"]) / 1e6
+    v, n, t = (float(r[k]) for k in ("view_s", "native_s", "ts_s"))
+    label = {"small": "8 KiB", "large": "128 KiB"}[r["size"]]
+    cells = (label, r["files"], f"{mb:.1f}", f"{v:.2f}", f"{mb / v:.0f}", f"{n:.2f}",
+             f"{mb / n:.0f}", f"{t:.2f}", f"{mb / t:.0f}", f"{n / v:.2f}x", f"{t / v:.2f}x")
+    print("  ".join(f"{c:>13s}" for c in cells))
+print("view/native: speed of cp -r from the mount relative to cp -r of the same files on disk")
+print("view/ts: how many times faster cp -r from the mount is than a tensorstore re-encode")
+EOF

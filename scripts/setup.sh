@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Prepare a fresh Debian 12 machine (run as root) for building and testing zarrfs:
+#   - FUSE system packages (fuse3, libfuse3-dev, pkg-config), installed only if missing;
+#   - a Python venv at $REPO/.venv with the pinned real Zarr clients of scripts/requirements.txt,
+#     (re)installed only when the requirements changed (stamp file holds their hash).
+# Idempotent: a second run does no network access and takes about a second.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REQS="$REPO/scripts/requirements.txt"
+VENV="$REPO/.venv"
+STAMP="$VENV/.requirements.sha256"
+
+say() { echo "setup: $*"; }
+
+missing_debs() {
+    local pkg
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+            || echo "$pkg"
+    done
+}
+
+install_debs() {
+    local wanted=(fuse3 libfuse3-dev pkg-config)
+    # Debian's python3 needs python3-venv for `python3 -m venv` (ensurepip).
+    if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+        wanted+=(python3-venv)
+    fi
+    local missing
+    missing=$(missing_debs "${wanted[@]}")
+    if [ -z "$missing" ]; then
+        say "system packages present: ${wanted[*]}"
+        return
+    fi
+    say "installing system packages: $(echo $missing)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq $missing >/dev/null
+}
+
+reqs_hash() {
+    { sha256sum "$REQS"; python3 --version; } | sha256sum | cut -d' ' -f1
+}
+
+install_venv() {
+    local want
+    want=$(reqs_hash)
+    if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+        say "venv up to date: $VENV"
+        return
+    fi
+    if [ ! -x "$VENV/bin/python" ]; then
+        say "creating venv: $VENV"
+        python3 -m venv "$VENV"
+    fi
+    say "installing pinned Python packages (scripts/requirements.txt)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS"
+    "$VENV/bin/python" -c 'import zarr, tensorstore, numcodecs, crc32c, pytest'
+    echo "$want" > "$STAMP"
+    say "venv ready"
+}
+
+install_debs
+install_venv
+say "done"
