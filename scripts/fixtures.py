@@ -109,6 +109,7 @@ class ArraySpec:
     write: bool = True
     attributes: dict = field(default_factory=dict)
     dimension_names: list | None = None
+    value_bits: int | None = None  # integer values below 2**value_bits (compressible data)
     notes: str = ""
 
     @property
@@ -222,7 +223,9 @@ def default_specs() -> list[ArraySpec]:
 
 
 def bench_specs(scale: float) -> list[ArraySpec]:
-    """Two big uint8 arrays, `bytes`-only inner chunks of 8 KiB and 128 KiB, no holes."""
+    """Big uint8 arrays with inner chunks of about 8 KiB and 128 KiB as stored: `bytes`-only
+    (random data, exact sizes), and `zstd` over 4-bit data (compresses about 2:1, so a
+    re-encode has real decoding and encoding to do), no holes."""
     def rows(n):
         return max(1, int(round(n * scale)))
     small = ArraySpec("bench/small", TENSORSTORE, (rows(64) * 64, 8192), "uint8", (512, 1024),
@@ -231,10 +234,17 @@ def bench_specs(scale: float) -> list[ArraySpec]:
     large = ArraySpec("bench/large", TENSORSTORE, (rows(48) * 256, 16384), "uint8", (1024, 2048),
                       [c_bytes()], [Level((256, 512), "end", True)], holes=0.0,
                       notes="128 KiB inner chunks")
-    for spec in (small, large):
+    small_zstd = ArraySpec("bench/small_zstd", TENSORSTORE, (rows(64) * 64, 16384), "uint8",
+                           (512, 2048), [c_bytes(), c_zstd()], [Level((64, 256), "end", True)],
+                           holes=0.0, value_bits=4, notes="16 KiB raw, ~8 KiB zstd inner chunks")
+    large_zstd = ArraySpec("bench/large_zstd", TENSORSTORE, (rows(48) * 256, 32768), "uint8",
+                           (1024, 4096), [c_bytes(), c_zstd()], [Level((256, 1024), "end", True)],
+                           holes=0.0, value_bits=4, notes="256 KiB raw, ~128 KiB zstd inner chunks")
+    specs = [small, large, small_zstd, large_zstd]
+    for spec in specs:
         shard_rows = spec.chunks[0]
         spec.shape = (math.ceil(spec.shape[0] / shard_rows) * shard_rows, spec.shape[1])
-    return [small, large]
+    return specs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,7 +281,10 @@ def grid(shape: tuple, chunk_shape: tuple) -> list:
 def make_data(spec: ArraySpec) -> np.ndarray:
     """Random data with holes: some inner chunks and whole shards set to the fill value."""
     rng = np.random.default_rng(seed_of(spec.path))
-    data = random_values(rng, spec.shape, spec.dtype)
+    if spec.value_bits is not None:
+        data = rng.integers(0, 2 ** spec.value_bits, size=spec.shape).astype(spec.dtype)
+    else:
+        data = random_values(rng, spec.shape, spec.dtype)
     fill = np.array(spec.fill_value).astype(spec.dtype)
     if np.dtype(spec.dtype).kind == "f" and data.size > 3:
         data.flat[rng.choice(data.size, 3, replace=False)] = np.nan  # NaN inside data chunks
@@ -374,7 +387,29 @@ def write_groups_and_files(root: Path) -> tuple[list, list]:
     for rel, content in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(content)
-    return sorted(groups), sorted(files)
+    legacy = write_legacy(root, rng)
+    return sorted(groups), sorted(list(files) + legacy)
+
+
+def write_legacy(root: Path, rng: np.random.Generator) -> list:
+    """Zarr v2 (zarr-python, zarr_format=2: .zgroup/.zattrs/.zarray, `0.0` and `0/0` keys) and a
+    Zarr v1-style array (`meta`, `attrs`, `0`): nothing to unshard, all passed through."""
+    import zarr
+    from zarr.storage import LocalStore
+    store = LocalStore(root / "legacy")
+    v2 = zarr.open_group(store=store, path="v2", mode="w", zarr_format=2, attributes={"kind": "v2"})
+    a = v2.create_array("dots", shape=(6, 5), chunks=(4, 4), dtype="int32")
+    a[:] = np.arange(30, dtype="int32").reshape(6, 5)
+    b = v2.create_array("slashes", shape=(5,), chunks=(2,), dtype="float64",
+                        chunk_key_encoding={"name": "v2", "separator": "/"})
+    b[:] = rng.normal(size=5)
+    v1 = root / "legacy" / "v1"
+    v1.mkdir(parents=True)
+    (v1 / "meta").write_text(json.dumps({"zarr_format": 1, "shape": [4], "chunks": [4], "dtype": "<u1",
+                                         "compression": None, "fill_value": 0, "order": "C"}))
+    (v1 / "attrs").write_text("{}")
+    (v1 / "0").write_bytes(bytes([1, 2, 3, 4]))
+    return sorted(str(p.relative_to(root)) for p in (root / "legacy").rglob("*") if p.is_file())
 
 
 def write_manifest(outdir: Path, arrays: list, groups: list, files: list, sets: list) -> None:
