@@ -130,7 +130,7 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
         read_only: true,
         allow_other: settings.allow_other,
         fsname: format!("zarrfs:{}", path.display()),
-        threads: fuse_threads(),
+        threads: settings.threads.unwrap_or_else(fuse_threads),
     };
     let mounted = match session::mount(fs, runtime.handle().clone(), &settings.mountpoint, &cfg) {
         Ok(m) => m,

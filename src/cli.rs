@@ -52,6 +52,9 @@ pub struct MountArgs {
     /// Stay in the foreground and log to stderr (for systemd and debugging).
     #[arg(short, long, help_heading = "Process")]
     pub foreground: bool,
+    /// FUSE worker threads (default: two per core, at least 4, at most 16).
+    #[arg(long, value_name = "N", help_heading = "Process")]
+    pub threads: Option<usize>,
     /// Append log lines to this file (default: stderr in the foreground, nowhere otherwise).
     #[arg(long, value_name = "PATH", help_heading = "Process")]
     pub log_file: Option<PathBuf>,
@@ -120,6 +123,7 @@ pub struct MountSettings {
     pub source: SourceSpec,
     pub mountpoint: PathBuf,
     pub foreground: bool,
+    pub threads: Option<usize>,
     pub log_file: Option<PathBuf>,
     pub view: ViewMode,
     pub allow_other: bool,
@@ -142,6 +146,7 @@ impl MountArgs {
             source,
             mountpoint: self.mountpoint,
             foreground: self.foreground,
+            threads: self.threads.filter(|&n| n > 0),
             log_file: self.log_file,
             view: match self.view {
                 ViewArg::Unsharded => ViewMode::Unsharded,
