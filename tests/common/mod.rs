@@ -87,6 +87,15 @@ impl Rng {
 
 /// Distinct-looking bytes for the chunk at `coords`: a text header naming the chunk (so two
 /// chunks of the same length never have equal bytes unless very short), then pseudo-random.
+/// A single-threaded runtime for driving the async layers from a test.
+#[allow(dead_code)] // not every test binary drives async code itself
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 pub fn chunk_bytes(coords: &[u64], len: usize, salt: u64) -> Vec<u8> {
     let mut out: Vec<u8> = format!("{coords:?}#{salt};").into_bytes();
     let mut seed = salt;
