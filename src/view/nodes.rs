@@ -93,11 +93,14 @@ impl NodeCache {
 
     /// The kind of the directory `dir`.
     pub async fn info(&self, dir: &str) -> Result<NodeInfo, StoreError> {
-        let key = format!("{}zarr.json", dir_prefix(dir));
-        if let Some((info, version, age)) = self.cached(dir) {
-            if age < self.ttl {
-                return Ok(info);
+        let cached = self.cached(dir);
+        if let Some((info, _, age)) = &cached {
+            if *age < self.ttl {
+                return Ok(info.clone());
             }
+        }
+        let key = format!("{}zarr.json", dir_prefix(dir));
+        if let Some((info, version, _)) = cached {
             let current = self.store.head(&key).await?.map(|m| m.version);
             if current == version {
                 self.remember(dir, info.clone(), version);
