@@ -41,7 +41,7 @@ pub fn run(cli: Cli) -> i32 {
 
 fn init_logging(log_file: Option<&Path>) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fuser=error"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     match log_file {
         Some(path) => {
@@ -59,11 +59,11 @@ fn init_logging(log_file: Option<&Path>) -> Result<()> {
 }
 
 /// Open the store a source names.
-fn open_store(source: &SourceSpec) -> Result<Arc<dyn Store>> {
+fn open_store(source: &SourceSpec, writable: bool) -> Result<Arc<dyn Store>> {
     match source {
         SourceSpec::Local(path) => {
             let store =
-                LocalStore::new(path, false).with_context(|| format!("cannot open source {}", path.display()))?;
+                LocalStore::new(path, writable).with_context(|| format!("cannot open source {}", path.display()))?;
             Ok(Arc::new(store))
         }
     }
@@ -110,24 +110,23 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
         .enable_all()
         .thread_name("zarrfs-io")
         .build()?;
-    let store = open_store(&settings.source)?;
+    let store = open_store(&settings.source, settings.writable)?;
     let options = ViewOptions {
         mode: settings.view,
         index_cache_bytes: settings.cache_bytes,
         metadata_ttl: settings.metadata_ttl,
     };
     let view = View::new(store, &options);
-    let fs = Arc::new(Fs::new(
-        view,
-        FsConfig {
-            uid: settings.uid,
-            gid: settings.gid,
-            attr_ttl: settings.metadata_ttl.max(Duration::from_millis(100)),
-        },
-    ));
+    let mut fs_config = FsConfig::read_only(
+        settings.uid,
+        settings.gid,
+        settings.metadata_ttl.max(Duration::from_millis(100)),
+    );
+    fs_config.writable = settings.writable;
+    let fs = Arc::new(Fs::new(view, fs_config));
     let SourceSpec::Local(path) = &settings.source;
     let cfg = MountConfig {
-        read_only: true,
+        read_only: !settings.writable,
         allow_other: settings.allow_other,
         fsname: format!("zarrfs:{}", path.display()),
         threads: settings.threads.unwrap_or_else(fuse_threads),
@@ -237,7 +236,7 @@ fn unmount(mountpoint: &Path) -> Result<()> {
 
 fn inspect(source: &str, json: bool) -> Result<()> {
     let spec = SourceSpec::parse(source).map_err(|m| anyhow::anyhow!(m))?;
-    let store = open_store(&spec)?;
+    let store = open_store(&spec, false)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let report = runtime.block_on(crate::inspect::inspect(store))?;
     if json {

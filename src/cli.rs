@@ -59,9 +59,12 @@ pub struct MountArgs {
     #[arg(long, value_name = "PATH", help_heading = "Process")]
     pub log_file: Option<PathBuf>,
 
-    /// Refuse every change (this version is always read-only).
-    #[arg(long, help_heading = "View")]
+    /// Refuse every change (the default for now; see --writable).
+    #[arg(long, help_heading = "View", conflicts_with = "writable")]
     pub read_only: bool,
+    /// Allow writes: chunk files are packed into shards on close (experimental, in progress).
+    #[arg(long, help_heading = "View")]
+    pub writable: bool,
     /// How sharded arrays are shown.
     #[arg(long, value_enum, default_value_t = ViewArg::Unsharded, help_heading = "View")]
     pub view: ViewArg,
@@ -126,6 +129,7 @@ pub struct MountSettings {
     pub threads: Option<usize>,
     pub log_file: Option<PathBuf>,
     pub view: ViewMode,
+    pub writable: bool,
     pub allow_other: bool,
     pub uid: u32,
     pub gid: u32,
@@ -152,6 +156,7 @@ impl MountArgs {
                 ViewArg::Unsharded => ViewMode::Unsharded,
                 ViewArg::Raw => ViewMode::Raw,
             },
+            writable: self.writable && !self.read_only,
             allow_other: self.allow_other,
             uid: self.uid.unwrap_or_else(|| nix::unistd::getuid().as_raw()),
             gid: self.gid.unwrap_or_else(|| nix::unistd::getgid().as_raw()),

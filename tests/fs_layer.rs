@@ -28,11 +28,7 @@ fn fs_with(store: Arc<dyn Store>, mode: ViewMode, ttl: Duration) -> Fs {
     };
     Fs::new(
         View::new(store, &options),
-        FsConfig {
-            uid: UID,
-            gid: GID,
-            attr_ttl: Duration::from_secs(1),
-        },
+        FsConfig::read_only(UID, GID, Duration::from_secs(1)),
     )
 }
 
@@ -58,7 +54,7 @@ async fn errno_of(fs: &Fs, path: &str) -> i32 {
 
 /// Read a whole file through a handle, in pieces of `piece` bytes.
 async fn read_all(fs: &Fs, ino: u64, piece: u32) -> Result<Vec<u8>, FsError> {
-    let fh = fs.open(ino, false).await?;
+    let fh = fs.open(ino, false, false).await?;
     let mut out = Vec::new();
     loop {
         let b = fs.read(fh, out.len() as u64, piece).await?;
@@ -68,7 +64,7 @@ async fn read_all(fs: &Fs, ino: u64, piece: u32) -> Result<Vec<u8>, FsError> {
         assert!(b.len() <= piece as usize);
         out.extend_from_slice(&b);
     }
-    fs.release(fh);
+    fs.release(fh).await;
     Ok(out)
 }
 
@@ -293,7 +289,7 @@ async fn reads_past_the_end_are_empty() {
     for path in ["data/sharded/c/0/0", "notes.txt", "data/sharded/zarr.json"] {
         let attr = resolve(&fs, path).await.unwrap();
         let whole = read_path(&fs, path).await;
-        let fh = fs.open(attr.ino, false).await.unwrap();
+        let fh = fs.open(attr.ino, false, false).await.unwrap();
         let size = attr.size;
         assert!(fs.read(fh, size, 100).await.unwrap().is_empty(), "{path} at EOF");
         assert!(fs.read(fh, size + 1, 100).await.unwrap().is_empty(), "{path}");
@@ -306,7 +302,7 @@ async fn reads_past_the_end_are_empty() {
         assert!(fs.read(fh, u64::MAX - 1, 4096).await.unwrap().is_empty(), "{path}");
         assert!(fs.read(fh, 0, 0).await.unwrap().is_empty(), "{path} zero length");
         assert_eq!(fs.read(fh, 1, 2).await.unwrap().to_vec(), whole[1..3]);
-        fs.release(fh);
+        fs.release(fh).await;
         assert_eq!(fs.read(fh, 0, 1).await.unwrap_err().errno(), libc::EBADF);
     }
 }
@@ -322,7 +318,7 @@ async fn chunk_larger_than_the_snapshot_limit_reads_in_ranges() {
     let fs = fs_over(memory_store(&built.files));
     let attr = resolve(&fs, "big/c/0").await.unwrap();
     assert_eq!(attr.size, big as u64);
-    let fh = fs.open(attr.ino, false).await.unwrap();
+    let fh = fs.open(attr.ino, false, false).await.unwrap();
     let want = &chunks[&vec![0]];
     let at = big as u64 - 7;
     assert_eq!(fs.read(fh, at, 100).await.unwrap().to_vec(), want[big - 7..]);
@@ -367,15 +363,15 @@ async fn write_access_is_erofs_and_kinds_are_checked() {
     for path in ["data/sharded/c/0/0", "notes.txt", "data/sharded/zarr.json"] {
         let attr = resolve(&fs, path).await.unwrap();
         assert_eq!(
-            fs.open(attr.ino, true).await.unwrap_err().errno(),
+            fs.open(attr.ino, true, false).await.unwrap_err().errno(),
             libc::EROFS,
             "{path}"
         );
         assert_eq!(fs.opendir(attr.ino).await.unwrap_err().errno(), libc::ENOTDIR, "{path}");
     }
     let dir = resolve(&fs, "data/sharded/c").await.unwrap();
-    assert_eq!(fs.open(dir.ino, false).await.unwrap_err().errno(), libc::EISDIR);
-    assert_eq!(fs.open(dir.ino, true).await.unwrap_err().errno(), libc::EROFS);
+    assert_eq!(fs.open(dir.ino, false, false).await.unwrap_err().errno(), libc::EISDIR);
+    assert_eq!(fs.open(dir.ino, true, false).await.unwrap_err().errno(), libc::EROFS);
 }
 
 #[tokio::test]
@@ -416,9 +412,9 @@ async fn readdir_resumes_from_any_offset() {
 async fn corrupt_shard_is_eio_and_everything_else_still_reads() {
     let (h, store, fs) = hierarchy_fs();
     let victim = resolve(&fs, "data/sharded/c/0/0").await.unwrap();
-    let fh = fs.open(victim.ino, false).await.unwrap();
+    let fh = fs.open(victim.ino, false, false).await.unwrap();
     let other = resolve(&fs, "data/sharded/c/2/1").await.unwrap();
-    let fh_other = fs.open(other.ino, false).await.unwrap();
+    let fh_other = fs.open(other.ino, false, false).await.unwrap();
 
     // Shard c/0/0 (inner rows 0-1, columns 0-1) truncated below its index size.
     store.insert("data/sharded/c/0/0", b"garbage".to_vec());

@@ -42,11 +42,11 @@ impl Mount {
         };
         let fs = Arc::new(Fs::new(
             View::new(store, &options),
-            FsConfig {
-                uid: nix::unistd::getuid().as_raw(),
-                gid: nix::unistd::getgid().as_raw(),
-                attr_ttl: Duration::from_millis(500),
-            },
+            FsConfig::read_only(
+                nix::unistd::getuid().as_raw(),
+                nix::unistd::getgid().as_raw(),
+                Duration::from_millis(500),
+            ),
         ));
         let dir = tempfile::Builder::new().prefix("zarrfs-mnt-").tempdir().unwrap();
         let cfg = MountConfig {

@@ -29,6 +29,18 @@ pub enum FsError {
     BadHandle,
     #[error("no such attribute")]
     NoAttribute,
+    #[error("file exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("operation not permitted")]
+    NotPermitted,
+    #[error("invalid argument")]
+    InvalidArgument,
+    #[error("cannot move across this boundary")]
+    CrossDevice,
+    #[error("file too large")]
+    FileTooLarge,
     #[error(transparent)]
     View(#[from] ViewError),
 }
@@ -54,6 +66,17 @@ fn store_errno(e: &StoreError) -> i32 {
         StoreError::ReadOnly => libc::EROFS,
         StoreError::Unsupported(_) => libc::ENOTSUP,
         StoreError::IsDirectory { .. } => libc::EISDIR,
+        StoreError::Conflict { .. } => libc::ESTALE,
+    }
+}
+
+fn shard_errno(e: &ShardError) -> i32 {
+    match e {
+        ShardError::Store(e) => store_errno(e),
+        ShardError::Corrupt { .. } => libc::EIO,
+        ShardError::Unstable { .. } => libc::ESTALE,
+        ShardError::OutsideGrid { .. } => libc::EINVAL,
+        ShardError::Shared(inner) => shard_errno(inner),
     }
 }
 
@@ -67,12 +90,15 @@ impl FsError {
             FsError::InvalidName => libc::EINVAL,
             FsError::BadHandle => libc::EBADF,
             FsError::NoAttribute => libc::ENODATA,
-            FsError::View(ViewError::Store(e)) | FsError::View(ViewError::Shard(ShardError::Store(e))) => {
-                store_errno(e)
-            }
-            FsError::View(ViewError::Shard(ShardError::Corrupt { .. })) => libc::EIO,
+            FsError::Exists => libc::EEXIST,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NotPermitted => libc::EPERM,
+            FsError::InvalidArgument => libc::EINVAL,
+            FsError::CrossDevice => libc::EXDEV,
+            FsError::FileTooLarge => libc::EFBIG,
+            FsError::View(ViewError::Store(e)) => store_errno(e),
+            FsError::View(ViewError::Shard(e)) => shard_errno(e),
             FsError::View(ViewError::Vanished(_)) => libc::ESTALE,
-            FsError::View(ViewError::Shard(ShardError::Unstable { .. })) => libc::ESTALE,
         }
     }
 

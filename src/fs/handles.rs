@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use crate::view::Node;
+use crate::view::{Node, Target};
 
 /// Largest chunk read whole into a handle on first read.
 pub const SNAPSHOT_LIMIT: u64 = 16 << 20;
@@ -20,9 +20,112 @@ pub const SNAPSHOT_LIMIT: u64 = 16 << 20;
 #[derive(Debug)]
 pub struct FileHandle {
     pub path: Arc<str>,
-    pub node: Node,
+    /// The node read from (a handle open for reading only).
+    pub node: Option<Node>,
     /// The whole file, once read (chunk files up to the snapshot limit).
     pub snapshot: tokio::sync::Mutex<Option<Bytes>>,
+    /// The buffered content of a file open for writing, shared by the handles of its path.
+    pub writer: Option<Arc<WriteFile>>,
+    pub sink: Sink,
+}
+
+impl FileHandle {
+    pub fn reader(path: Arc<str>, node: Node) -> Self {
+        FileHandle {
+            path,
+            node: Some(node),
+            snapshot: tokio::sync::Mutex::new(None),
+            writer: None,
+            sink: Sink::Staged,
+        }
+    }
+
+    pub fn writer(path: Arc<str>, file: Arc<WriteFile>, sink: Sink) -> Self {
+        FileHandle {
+            path,
+            node: None,
+            snapshot: tokio::sync::Mutex::new(None),
+            writer: Some(file),
+            sink,
+        }
+    }
+}
+
+/// Where a written file's bytes go when it is closed.
+#[derive(Debug, Clone)]
+pub enum Sink {
+    /// Into the store (a chunk into its shard, metadata translated, other files as they are).
+    Commit(Target),
+    /// Nowhere yet: a temporary name inside a sharded array, kept until renamed or removed.
+    Staged,
+}
+
+/// A file being written: its content in memory until committed.
+#[derive(Debug)]
+pub struct WriteFile {
+    pub state: tokio::sync::Mutex<WriteState>,
+}
+
+#[derive(Debug)]
+pub struct WriteState {
+    /// The file's current content, once `loaded`.
+    pub data: Vec<u8>,
+    /// Whether `data` holds the content (an existing file is read on first need).
+    pub loaded: bool,
+    /// Changed since the last commit.
+    pub dirty: bool,
+    /// What an existing file was opened from, and its size before loading.
+    pub base: Option<Node>,
+    pub size_hint: u64,
+    pub mtime: std::time::SystemTime,
+}
+
+impl WriteFile {
+    /// A new, empty file (dirty: it must be stored even if nothing is written).
+    pub fn new_empty() -> Self {
+        Self::with(WriteState {
+            data: Vec::new(),
+            loaded: true,
+            dirty: true,
+            base: None,
+            size_hint: 0,
+            mtime: std::time::SystemTime::now(),
+        })
+    }
+
+    /// An existing file, loaded lazily.
+    pub fn existing(node: Node) -> Self {
+        let size_hint = node.size;
+        Self::with(WriteState {
+            data: Vec::new(),
+            loaded: false,
+            dirty: false,
+            base: Some(node),
+            size_hint,
+            mtime: std::time::SystemTime::now(),
+        })
+    }
+
+    fn with(state: WriteState) -> Self {
+        WriteFile {
+            state: tokio::sync::Mutex::new(state),
+        }
+    }
+}
+
+impl WriteState {
+    /// Empty the content (O_TRUNC, or a new file).
+    pub fn truncate(&mut self, size: usize) {
+        self.data.clear();
+        self.data.resize(size, 0);
+        self.loaded = true;
+        self.touch();
+    }
+
+    pub fn touch(&mut self) {
+        self.dirty = true;
+        self.mtime = std::time::SystemTime::now();
+    }
 }
 
 #[derive(Debug)]

@@ -1,12 +1,13 @@
 //! Filesystem operations, without fuser types: what each FUSE request does.
 //!
 //! [`Fs`] turns inode numbers into view paths (through the inode table), asks the view, and
-//! returns plain attributes, bytes and listings. Every mutation is refused with EROFS until the
-//! write path exists. Errors are [`FsError`]s; the errno mapping and its logging live in
+//! returns plain attributes, bytes and listings. Mutations ([`write`]) are refused with EROFS
+//! unless the mount is writable. Errors are [`FsError`]s; the errno mapping and its logging live in
 //! [`error`]. The FUSE adapter in `fuse/` only translates requests and replies.
 
 pub mod error;
 pub mod handles;
+mod write;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 pub use error::{ErrorLog, FsError};
-use handles::{DirHandle, FileHandle, HandleTable, SNAPSHOT_LIMIT};
+use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile, SNAPSHOT_LIMIT};
 
 use crate::store::ByteRange;
 use crate::view::inodes::{InodeTable, ROOT_INO};
@@ -31,6 +32,30 @@ pub struct FsConfig {
     pub gid: u32,
     /// How long the kernel may cache entries and attributes.
     pub attr_ttl: Duration,
+    /// Whether mutations are allowed.
+    pub writable: bool,
+    /// Largest file that may be written through the mount (held in memory until committed).
+    pub max_file_size: usize,
+}
+
+impl FsConfig {
+    pub fn read_only(uid: u32, gid: u32, attr_ttl: Duration) -> Self {
+        FsConfig {
+            uid,
+            gid,
+            attr_ttl,
+            writable: false,
+            max_file_size: 1 << 30,
+        }
+    }
+}
+
+/// A path with content in memory: open for writing, or staged (see [`write`]).
+#[derive(Debug)]
+struct OverlayEntry {
+    file: Arc<WriteFile>,
+    sink: Sink,
+    handles: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +110,7 @@ pub struct Fs {
     config: FsConfig,
     mounted_at: SystemTime,
     errors: ErrorLog,
+    overlay: std::sync::Mutex<std::collections::HashMap<String, OverlayEntry>>,
 }
 
 fn child_path(parent: &str, name: &str) -> String {
@@ -117,6 +143,7 @@ impl Fs {
             config,
             mounted_at: SystemTime::now(),
             errors: ErrorLog::default(),
+            overlay: Default::default(),
         }
     }
 
@@ -171,6 +198,10 @@ impl Fs {
         validate_name(name)?;
         let parent_path = self.path_of(parent)?;
         let path = child_path(&parent_path, name);
+        if self.overlay_get(&path).is_some() {
+            let ino = self.inodes.lookup(&path);
+            return self.overlay_attr(ino, &path).await.ok_or(FsError::NotFound);
+        }
         let node = self.node(&path).await?;
         let ino = self.inodes.lookup(&path);
         Ok(self.attr(ino, &node))
@@ -182,46 +213,45 @@ impl Fs {
 
     pub async fn getattr(&self, ino: u64) -> FsResult<Attr> {
         let path = self.path_of(ino)?;
+        if let Some(attr) = self.overlay_attr(ino, &path).await {
+            return Ok(attr);
+        }
         let node = self.node(&path).await?;
         Ok(self.attr(ino, &node))
     }
 
-    /// Open a file. Any access mode that could write is refused.
-    pub async fn open(&self, ino: u64, write: bool) -> FsResult<u64> {
-        if write {
-            return Err(FsError::ReadOnly);
-        }
+    /// Open a file; `write` for any access mode that can write, `truncate` for O_TRUNC.
+    pub async fn open(&self, ino: u64, write: bool, truncate: bool) -> FsResult<u64> {
         let path = self.path_of(ino)?;
+        if write || self.overlay_get(&path).is_some() {
+            return self.open_write(path, truncate && write).await;
+        }
         let node = self.node(&path).await?;
         if node.is_dir() {
             return Err(FsError::IsADirectory);
         }
         let node = self.view.current(node).await?.ok_or(FsError::NotFound)?;
-        Ok(self.files.insert(FileHandle {
-            path,
-            node,
-            snapshot: tokio::sync::Mutex::new(None),
-        }))
+        Ok(self.files.insert(FileHandle::reader(path, node)))
     }
 
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Bytes> {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
+        if let Some(file) = &handle.writer {
+            return self.read_writer(file, offset, size).await;
+        }
+        let node = handle.node.as_ref().ok_or(FsError::BadHandle)?;
         let len = u64::from(size);
-        let snapshotted = matches!(handle.node.source, Source::Chunk { .. }) && handle.node.size <= SNAPSHOT_LIMIT;
+        let snapshotted = matches!(node.source, Source::Chunk { .. }) && node.size <= SNAPSHOT_LIMIT;
         if !snapshotted {
-            return Ok(self.view.read(&handle.node, offset, len).await?);
+            return Ok(self.view.read(node, offset, len).await?);
         }
         let mut snapshot = handle.snapshot.lock().await;
         if snapshot.is_none() {
-            *snapshot = Some(self.view.read(&handle.node, 0, SNAPSHOT_LIMIT).await?);
+            *snapshot = Some(self.view.read(node, 0, SNAPSHOT_LIMIT).await?);
         }
         let whole = snapshot.as_ref().cloned().unwrap_or_default();
         let (start, end) = ByteRange::Range { offset, length: len }.resolve(whole.len() as u64);
         Ok(whole.slice(start as usize..end as usize))
-    }
-
-    pub fn release(&self, fh: u64) {
-        self.files.remove(fh);
     }
 
     /// Open a directory: its listing is taken now and read from the handle.

@@ -125,10 +125,11 @@ impl Filesystem for ZarrFuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let write = flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        let truncate = flags.0 & libc::O_TRUNC != 0;
         let fs = self.fs.clone();
         self.run("open", async move {
-            match fs.open(ino.0, write).await {
+            match fs.open(ino.0, write, truncate).await {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 Err(e) => reply.error(errno(fs.fail("open", ino.0, &e))),
             }
@@ -165,18 +166,36 @@ impl Filesystem for ZarrFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.fs.release(fh.0);
-        reply.ok();
+        let fs = self.fs.clone();
+        self.run("release", async move {
+            fs.release(fh.0).await;
+            reply.ok();
+        });
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        // Nothing is ever dirty in a read-only mount. ENOSYS tells the kernel to stop sending
-        // FLUSH at all, which saves a round trip on every close().
-        reply.error(Errno::ENOSYS);
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        if !self.fs.config().writable {
+            // Nothing is ever dirty in a read-only mount. ENOSYS tells the kernel to stop sending
+            // FLUSH at all, which saves a round trip on every close().
+            return reply.error(Errno::ENOSYS);
+        }
+        let fs = self.fs.clone();
+        self.run("flush", async move {
+            match fs.flush(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(fs.fail("flush", ino.0, &e))),
+            }
+        });
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        reply.ok();
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let fs = self.fs.clone();
+        self.run("fsync", async move {
+            match fs.flush(fh.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(fs.fail("fsync", ino.0, &e))),
+            }
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -270,98 +289,212 @@ impl Filesystem for ZarrFuse {
         });
     }
 
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // Files here are not terminals or devices (Python asks, to decide on line buffering).
+        reply.error(Errno::ENOTTY);
+    }
+
     fn access(&self, _req: &Request, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        if mask.contains(AccessFlags::W_OK) {
+        if mask.contains(AccessFlags::W_OK) && !self.fs.config().writable {
             return reply.error(errno(FsError::ReadOnly.errno()));
         }
         reply.ok();
     }
 
-    // Every mutation: refused, the mount being read-only.
+    // Mutations: performed by `Fs`, which refuses them with EROFS on a read-only mount.
 
     fn setattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _mode: Option<u32>,
         _uid: Option<u32>,
         _gid: Option<u32>,
-        _size: Option<u64>,
+        size: Option<u64>,
         _atime: Option<TimeOrNow>,
         _mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        reply.error(Errno::EROFS);
+        if !self.fs.config().writable {
+            return reply.error(Errno::EROFS);
+        }
+        let (fs, ttl) = (self.fs.clone(), self.ttl());
+        self.run("setattr", async move {
+            // Modes, owners and times are not stored: they are accepted and shown as before.
+            let result = match size {
+                Some(size) => fs.truncate(ino.0, size, fh.map(|f| f.0)).await,
+                None => fs.getattr(ino.0).await,
+            };
+            match result {
+                Ok(attr) => reply.attr(&ttl, &file_attr(&attr)),
+                Err(e) => reply.error(errno(fs.fail("setattr", ino.0, &e))),
+            }
+        });
     }
 
-    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn mkdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn unlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rmdir(&self, _req: &Request, _p: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _l: &std::path::Path, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn rename(
+    fn create(
         &self,
         _req: &Request,
-        _p: INodeNo,
-        _n: &OsStr,
-        _np: INodeNo,
-        _nn: &OsStr,
-        _f: RenameFlags,
-        reply: ReplyEmpty,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
     ) {
-        reply.error(Errno::EROFS);
-    }
-
-    fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
-        reply.error(Errno::EROFS);
+        let Some(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let (fs, ttl) = (self.fs.clone(), self.ttl());
+        let truncate = flags & libc::O_EXCL == 0;
+        self.run("create", async move {
+            match fs.create(parent.0, &name, truncate).await {
+                Ok((attr, fh)) => reply.created(
+                    &ttl,
+                    &file_attr(&attr),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+                Err(e) => reply.error(errno(fs.fail("create", parent.0, &e))),
+            }
+        });
     }
 
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
         _wf: WriteFlags,
         _f: OpenFlags,
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply.error(Errno::EROFS);
+        let (fs, data) = (self.fs.clone(), data.to_vec());
+        self.run("write", async move {
+            match fs.write(fh.0, offset, &data).await {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(fs.fail("write", ino.0, &e))),
+            }
+        });
     }
 
-    fn create(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _f: i32, reply: ReplyCreate) {
-        reply.error(Errno::EROFS);
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let fs = self.fs.clone();
+        self.run("unlink", async move {
+            match fs.unlink(parent.0, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(fs.fail("unlink", parent.0, &e))),
+            }
+        });
+    }
+
+    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+        let Some(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let (fs, ttl) = (self.fs.clone(), self.ttl());
+        self.run("mkdir", async move {
+            match fs.mkdir(parent.0, &name).await {
+                Ok(attr) => reply.entry(&ttl, &file_attr(&attr), Generation(0)),
+                Err(e) => reply.error(errno(fs.fail("mkdir", parent.0, &e))),
+            }
+        });
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let Some(name) = name_str(name).map(str::to_string) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let fs = self.fs.clone();
+        self.run("rmdir", async move {
+            match fs.rmdir(parent.0, &name).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(fs.fail("rmdir", parent.0, &e))),
+            }
+        });
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (Some(name), Some(new_name)) = (
+            name_str(name).map(str::to_string),
+            name_str(new_name).map(str::to_string),
+        ) else {
+            return reply.error(Errno::EINVAL);
+        };
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            return reply.error(Errno::EINVAL);
+        }
+        let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let fs = self.fs.clone();
+        self.run("rename", async move {
+            match fs.rename(parent.0, &name, new_parent.0, &new_name, no_replace).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(fs.fail("rename", parent.0, &e))),
+            }
+        });
+    }
+
+    fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
+        reply.error(self.unsupported());
+    }
+
+    fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _l: &std::path::Path, reply: ReplyEntry) {
+        reply.error(self.unsupported());
+    }
+
+    fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
+        reply.error(self.unsupported());
     }
 
     fn setxattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, _v: &[u8], _f: i32, _p: u32, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
+        reply.error(self.unsupported());
     }
 
     fn removexattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::EROFS);
+        reply.error(self.unsupported());
+    }
+}
+
+impl ZarrFuse {
+    /// For operations a Zarr store cannot represent (links, device nodes, extended attributes).
+    fn unsupported(&self) -> Errno {
+        if self.fs.config().writable {
+            Errno::EPERM
+        } else {
+            Errno::EROFS
+        }
     }
 }
 

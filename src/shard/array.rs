@@ -64,6 +64,7 @@ pub struct ShardedArray {
     pub(super) per_shard: Vec<u64>,
     cache: Arc<IndexCache>,
     options: ShardOptions,
+    pub(super) commits: super::commit::CommitQueues,
 }
 
 impl ShardedArray {
@@ -88,6 +89,7 @@ impl ShardedArray {
             per_shard,
             cache,
             options,
+            commits: Default::default(),
         })
     }
 

@@ -12,9 +12,15 @@ pub enum ShardError {
     /// Stored bytes that cannot be a valid shard: names the shard key and the reason.
     #[error("corrupt shard {key}: {reason}")]
     Corrupt { key: String, reason: String },
-    /// The shard kept changing while being read, beyond the retry budget.
-    #[error("shard {key} changed repeatedly while being read")]
+    /// The shard kept changing while being read or committed, beyond the retry budget.
+    #[error("shard {key} changed repeatedly while being read or written")]
     Unstable { key: String },
+    /// A chunk key that lies outside the array's chunk grid.
+    #[error("{key}: outside the array's chunk grid")]
+    OutsideGrid { key: String },
+    /// The outcome of a group commit, shared by every writer of the batch.
+    #[error(transparent)]
+    Shared(std::sync::Arc<ShardError>),
 }
 
 impl ShardError {

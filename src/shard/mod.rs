@@ -7,9 +7,11 @@
 //! see [`index_cache`]) and one ranged read of the chunk, pinned to the version the index came
 //! from. Listing returns prefix directories from shard existence and exact leaf entries from
 //! the indexes. Nested sharding is followed down to the innermost chunks, whose byte ranges are
-//! absolute offsets in the stored shard.
+//! absolute offsets in the stored shard. Writes of inner chunks are packed back into their
+//! shard by conditional read-modify-write, group-committed per shard ([`commit`]).
 
 mod array;
+pub mod commit;
 mod error;
 pub mod index_cache;
 mod listing;

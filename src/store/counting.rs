@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult, Version};
+use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Precondition, Store, StoreResult, Version};
 
 /// A snapshot of the counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -110,6 +110,23 @@ impl Store for CountingStore {
         self.inner.erase(key).await
     }
 
+    /// Counted as a `set` (whether or not the precondition holds).
+    async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
+        self.counters.set.fetch_add(1, Relaxed);
+        self.counters.set_bytes.fetch_add(value.len() as u64, Relaxed);
+        self.inner.set_if(key, value, condition).await
+    }
+
+    /// Counted as an `erase`.
+    async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
+        self.counters.erase.fetch_add(1, Relaxed);
+        self.inner.erase_if(key, condition).await
+    }
+
+    fn conditional_writes(&self) -> bool {
+        self.inner.conditional_writes()
+    }
+
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
         self.counters.list.fetch_add(1, Relaxed);
         self.inner.list_prefix(prefix).await
@@ -118,5 +135,28 @@ impl Store for CountingStore {
     async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
         self.counters.list_dir.fetch_add(1, Relaxed);
         self.inner.list_dir(prefix).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memory::MemoryStore;
+    use crate::store::StoreError;
+
+    #[tokio::test]
+    async fn conditional_writes_are_forwarded_and_counted() {
+        let store = CountingStore::new(Arc::new(MemoryStore::new()));
+        assert!(store.conditional_writes());
+        let v = store
+            .set_if("k", Bytes::from_static(b"abc"), Precondition::Absent)
+            .await
+            .unwrap();
+        let refused = store.set_if("k", Bytes::from_static(b"de"), Precondition::Absent).await;
+        assert!(matches!(refused, Err(StoreError::Conflict { .. })));
+        store.erase_if("k", Precondition::Version(v)).await.unwrap();
+        let counts = store.counts();
+        assert_eq!((counts.set, counts.set_bytes, counts.erase), (2, 5, 1));
+        assert!(store.head("k").await.unwrap().is_none());
     }
 }

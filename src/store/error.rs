@@ -1,6 +1,7 @@
 //! Errors of the store layer. Variants keep their meaning up the stack: a missing key is not
-//! an error at all (`Ok(None)`), a version mismatch is a conflict the caller may retry, an
-//! invalid key is the caller's fault, I/O failures carry the key.
+//! an error at all (`Ok(None)`), a version mismatch (of a read) or a conflict (of a conditional
+//! write) is a race the caller may retry, an invalid key is the caller's fault, I/O failures
+//! carry the key.
 
 use thiserror::Error;
 
@@ -22,6 +23,10 @@ pub enum StoreError {
     ReadOnly,
     #[error("operation not supported by this store: {0}")]
     Unsupported(&'static str),
+    /// The precondition of a conditional write did not hold; nothing was written. The caller
+    /// re-reads and retries.
+    #[error("{key}: changed by another writer (conditional write refused)")]
+    Conflict { key: String },
     #[error("{key}: is a directory")]
     IsDirectory { key: String },
 }

@@ -1,4 +1,5 @@
 //! An in-memory store for tests: a sorted map from key to bytes, with a counter as version.
+//! Conditional writes check and write under the one mutex, so they are exact.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -7,7 +8,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::key::{validate, validate_prefix};
-use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreError, StoreResult, Version};
+use super::{
+    Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Precondition, Store, StoreError, StoreResult, Version,
+};
 
 #[derive(Debug, Default)]
 pub struct MemoryStore {
@@ -37,6 +40,22 @@ impl MemoryStore {
         // A panic while holding the lock cannot leave the map half-updated; keep serving.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+impl Inner {
+    /// Whether `condition` holds for `key` now.
+    fn holds(&self, key: &str, condition: &Precondition) -> bool {
+        let current = self.values.get(key).map(|(_, v)| Version(v.to_string()));
+        match condition {
+            Precondition::Any => true,
+            Precondition::Absent => current.is_none(),
+            Precondition::Version(expected) => current.as_ref() == Some(expected),
+        }
+    }
+}
+
+fn conflict(key: &str) -> StoreError {
+    StoreError::Conflict { key: key.to_string() }
 }
 
 fn meta(bytes: &Bytes, version: u64) -> ObjectMeta {
@@ -121,6 +140,32 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
+        validate(key)?;
+        let mut inner = self.lock();
+        if !inner.holds(key, &condition) {
+            return Err(conflict(key));
+        }
+        inner.next_version += 1;
+        let v = inner.next_version;
+        inner.values.insert(key.to_string(), (value, v));
+        Ok(Version(v.to_string()))
+    }
+
+    async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
+        validate(key)?;
+        let mut inner = self.lock();
+        if !inner.holds(key, &condition) {
+            return Err(conflict(key));
+        }
+        inner.values.remove(key);
+        Ok(())
+    }
+
+    fn conditional_writes(&self) -> bool {
+        true
+    }
+
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
         let inner = self.lock();
         Ok(inner
@@ -200,5 +245,95 @@ mod tests {
         store.erase_prefix("a/b/").await.unwrap();
         assert_eq!(store.list().await.unwrap(), vec!["a/d"]);
         assert!(store.get("a/../d", GetOptions::default()).await.is_err());
+    }
+
+    fn value(store: &MemoryStore, key: &str) -> Option<Bytes> {
+        futures::executor::block_on(store.get(key, GetOptions::default()))
+            .unwrap()
+            .map(|r| r.bytes)
+    }
+
+    #[tokio::test]
+    async fn conditional_writes_check_the_precondition() {
+        let store = MemoryStore::new();
+        assert!(store.conditional_writes());
+        let b = Bytes::from_static;
+        let v1 = store.set_if("k", b(b"one"), Precondition::Absent).await.unwrap();
+        assert_eq!(store.head("k").await.unwrap().unwrap().version, v1);
+        let again = store.set_if("k", b(b"two"), Precondition::Absent).await;
+        assert!(matches!(again, Err(StoreError::Conflict { .. })), "{again:?}");
+        assert_eq!(value(&store, "k").unwrap(), b(b"one"));
+        let v2 = store
+            .set_if("k", b(b"two"), Precondition::Version(v1.clone()))
+            .await
+            .unwrap();
+        assert_ne!(v1, v2);
+        let stale = store.set_if("k", b(b"three"), Precondition::Version(v1.clone())).await;
+        assert!(matches!(stale, Err(StoreError::Conflict { .. })), "{stale:?}");
+        assert_eq!(value(&store, "k").unwrap(), b(b"two"));
+        let missing = store.set_if("nope", b(b"x"), Precondition::Version(v2.clone())).await;
+        assert!(matches!(missing, Err(StoreError::Conflict { .. })));
+        assert!(value(&store, "nope").is_none());
+        let v3 = store.set_if("k", b(b"any"), Precondition::Any).await.unwrap();
+        assert!(v3 != v2 && v3 != v1);
+
+        assert!(matches!(
+            store.erase_if("k", Precondition::Absent).await,
+            Err(StoreError::Conflict { .. })
+        ));
+        assert!(matches!(
+            store.erase_if("k", Precondition::Version(v2)).await,
+            Err(StoreError::Conflict { .. })
+        ));
+        assert_eq!(value(&store, "k").unwrap(), b(b"any"));
+        store.erase_if("k", Precondition::Version(v3.clone())).await.unwrap();
+        assert!(value(&store, "k").is_none());
+        store.erase_if("k", Precondition::Absent).await.unwrap();
+        assert!(matches!(
+            store.erase_if("k", Precondition::Version(v3)).await,
+            Err(StoreError::Conflict { .. })
+        ));
+        store.erase_if("k", Precondition::Any).await.unwrap();
+        assert!(store.set_if("../x", b(b"x"), Precondition::Absent).await.is_err());
+    }
+
+    #[test]
+    fn concurrent_increments_lose_nothing() {
+        let store = std::sync::Arc::new(MemoryStore::new());
+        let (threads, per_thread) = (8, 200);
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    futures::executor::block_on(async {
+                        let mut conflicts = 0;
+                        for _ in 0..per_thread {
+                            loop {
+                                let got = store.get("counter", GetOptions::default()).await.unwrap();
+                                let (n, condition) = match got {
+                                    Some(r) => (
+                                        std::str::from_utf8(&r.bytes).unwrap().parse::<u64>().unwrap(),
+                                        Precondition::Version(r.meta.version),
+                                    ),
+                                    None => (0, Precondition::Absent),
+                                };
+                                // Widen the race window between the read and the write.
+                                std::thread::yield_now();
+                                let next = Bytes::from((n + 1).to_string());
+                                match store.set_if("counter", next, condition).await {
+                                    Ok(_) => break,
+                                    Err(StoreError::Conflict { .. }) => conflicts += 1,
+                                    Err(e) => panic!("{e}"),
+                                }
+                            }
+                        }
+                        conflicts
+                    })
+                })
+            })
+            .collect();
+        let _conflicts: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        let total = value(&store, "counter").unwrap();
+        assert_eq!(std::str::from_utf8(&total).unwrap(), (threads * per_thread).to_string());
     }
 }

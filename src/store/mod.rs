@@ -6,16 +6,26 @@
 //! stores wrapping stores. Keys are `/`-separated strings without leading slash (see
 //! [`key`]); every read returns the object's [`Version`] so callers can cache by content
 //! version and pin later ranged reads to it (`GetOptions::if_version`).
+//!
+//! Writers that read-modify-write a value (the shard packer rewrites whole shards) use the
+//! conditional writes `set_if` / `erase_if` with a [`Precondition`]: the version they read, or
+//! "absent". A write whose precondition no longer holds fails with [`StoreError::Conflict`] and
+//! changes nothing, so the writer re-reads and retries instead of losing a concurrent update.
+//! Stores that enforce preconditions themselves say so with `conditional_writes()`; the default
+//! implementations only support [`Precondition::Any`].
 
 pub mod counting;
 pub mod error;
 pub mod key;
 pub mod local;
+mod lock;
 pub mod memory;
 mod types;
 
 pub use error::StoreError;
-pub use types::{ByteRange, Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Version};
+pub use types::{
+    ByteRange, Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Precondition, Version,
+};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -57,6 +67,33 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Remove a key; removing a missing key is not an error.
     async fn erase(&self, key: &str) -> StoreResult<()>;
 
+    /// Replace (or create) a value atomically if the precondition holds; returns the new
+    /// version. [`StoreError::Conflict`] when it does not hold (nothing was written).
+    ///
+    /// The default supports only [`Precondition::Any`] (a plain `set`).
+    async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
+        match condition {
+            Precondition::Any => self.set(key, value).await,
+            Precondition::Absent | Precondition::Version(_) => Err(StoreError::Unsupported("conditional set")),
+        }
+    }
+
+    /// Remove a value if the precondition holds (`Absent`: Ok if missing, Conflict if present);
+    /// [`StoreError::Conflict`] when it does not hold (nothing was removed).
+    ///
+    /// The default supports only [`Precondition::Any`] (a plain `erase`).
+    async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
+        match condition {
+            Precondition::Any => self.erase(key).await,
+            Precondition::Absent | Precondition::Version(_) => Err(StoreError::Unsupported("conditional erase")),
+        }
+    }
+
+    /// Whether this store enforces preconditions of `set_if` / `erase_if` itself.
+    fn conditional_writes(&self) -> bool {
+        false
+    }
+
     async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {
         for key in keys {
             self.erase(key).await?;
@@ -81,6 +118,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// The direct children of a directory prefix (`""` or ending in `/`): keys as files with
     /// their size, deeper prefixes as directories. Names are relative to the prefix, sorted.
     async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>>;
+
+    /// Make a directory prefix exist before anything is stored under it. Object stores have no
+    /// directories, so by default there is nothing to do; the local store creates one.
+    async fn create_dir(&self, _prefix: &str) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// Remove an empty directory prefix (by default nothing: an empty prefix does not exist).
+    async fn remove_dir(&self, _prefix: &str) -> StoreResult<()> {
+        Ok(())
+    }
 
     /// Whether a directory prefix exists. Object stores have no empty directories, so by
     /// default a prefix exists when something is under it; the local store also knows empty ones.

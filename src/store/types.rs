@@ -37,6 +37,18 @@ impl ByteRange {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Version(pub String);
 
+/// What must hold for a conditional write ([`Store::set_if`](super::Store::set_if),
+/// [`Store::erase_if`](super::Store::erase_if)) to happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Precondition {
+    /// No condition.
+    Any,
+    /// The key must not exist.
+    Absent,
+    /// The key must exist with exactly this version.
+    Version(Version),
+}
+
 /// Options of a read: which bytes, and which version they must come from.
 #[derive(Debug, Clone, Default)]
 pub struct GetOptions {

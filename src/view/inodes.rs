@@ -103,8 +103,24 @@ impl InodeTable {
         e.lookups = e.lookups.saturating_sub(n);
         if e.lookups == 0 {
             if let Some(e) = t.by_ino.remove(&ino) {
-                t.by_path.remove(&e.path);
+                if t.by_path.get(&e.path) == Some(&ino) {
+                    t.by_path.remove(&e.path);
+                }
             }
+        }
+    }
+
+    /// A name moved: the kernel keeps using the inode of `from` for `to`. An inode that `to`
+    /// had is no longer reachable by name (the kernel forgets it in its own time).
+    pub fn rename(&self, from: &str, to: &str) {
+        let mut t = self.lock();
+        let to_path: Arc<str> = Arc::from(to);
+        t.by_path.remove(to);
+        if let Some(ino) = t.by_path.remove(from) {
+            if let Some(e) = t.by_ino.get_mut(&ino) {
+                e.path = to_path.clone();
+            }
+            t.by_path.insert(to_path, ino);
         }
     }
 
@@ -134,6 +150,14 @@ mod tests {
         let a2 = t.lookup("a");
         assert_ne!(a2, a, "inode number reused");
         t.forget(ROOT_INO, 100);
+        let b = t.lookup("b");
+        let c = t.lookup("c");
+        t.rename("b", "c");
+        assert_eq!(t.path(b).as_deref(), Some("c"));
+        assert_eq!(t.peek("c"), Some(b));
+        assert_eq!(t.peek("b"), None);
+        t.forget(c, 1); // the replaced inode goes without disturbing the renamed one
+        assert_eq!(t.peek("c"), Some(b));
         assert_eq!(t.path(ROOT_INO).as_deref(), Some(""));
     }
 }

@@ -8,6 +8,7 @@
 //! The view knows nothing of inodes or handles; see `fs/` for those and [`inodes`].
 
 pub mod inodes;
+pub mod metadata_write;
 pub mod nodes;
 
 use std::sync::Arc;
@@ -79,6 +80,19 @@ pub enum Source {
         array: Arc<ShardedArray>,
         coords: Vec<u64>,
     },
+}
+
+/// What writing a file at a path of the view means.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// An inner chunk of a sharded array: packed into its shard.
+    Chunk { array: Arc<ShardedArray>, coords: Vec<u64> },
+    /// The view's `zarr.json` of a sharded array.
+    Metadata(Arc<ShardedNode>),
+    /// Any other file: passed through to the store under this key.
+    Stored { key: String },
+    /// A name that cannot be a file there (e.g. not a chunk key inside a chunk directory).
+    Refused(&'static str),
 }
 
 /// A file or directory of the view.
@@ -217,6 +231,54 @@ impl View {
                 }
             }
         }
+    }
+
+    /// Forget cached knowledge of directory `dir` (after its metadata was written).
+    pub fn forget_dir(&self, dir: &str) {
+        self.nodes.forget(dir);
+    }
+
+    /// Whether `path` lies inside a sharded array's directory (where names that are not chunk
+    /// keys or `zarr.json` are staged, not stored).
+    pub async fn inside_sharded(&self, path: &str) -> Result<bool, ViewError> {
+        Ok(self.sharded_at_or_above(split_parent(path).0).await?.is_some())
+    }
+
+    /// What a file written at `path` becomes.
+    pub async fn target(&self, path: &str) -> Result<Target, ViewError> {
+        let (parent, _) = split_parent(path);
+        let Some(node) = self.sharded_at_or_above(parent).await? else {
+            return Ok(Target::Stored { key: path.to_string() });
+        };
+        let rel = relative(&node.dir, path);
+        if rel == "zarr.json" {
+            return Ok(Target::Metadata(node));
+        }
+        let array = &node.array;
+        match array.encoding().classify(rel, array.ndim()) {
+            ChunkPath::Chunk(coords) => Ok(Target::Chunk {
+                array: array.clone(),
+                coords,
+            }),
+            ChunkPath::Dir(_) => Ok(Target::Refused("a chunk directory")),
+            ChunkPath::Other => match array.encoding().classify(split_parent(rel).0, array.ndim()) {
+                ChunkPath::Dir(_) | ChunkPath::Chunk(_) => Ok(Target::Refused("not a chunk key of this array")),
+                ChunkPath::Other => Ok(Target::Stored { key: path.to_string() }),
+            },
+        }
+    }
+
+    /// Whether `path` is a directory of some sharded array's chunk tree (implicit: it exists
+    /// as soon as a chunk below it does, and needs no storing).
+    pub async fn is_chunk_dir(&self, path: &str) -> Result<bool, ViewError> {
+        let Some(node) = self.sharded_at_or_above(split_parent(path).0).await? else {
+            return Ok(false);
+        };
+        let rel = relative(&node.dir, path);
+        Ok(matches!(
+            node.array.encoding().classify(rel, node.array.ndim()),
+            ChunkPath::Dir(_)
+        ))
     }
 
     async fn lookup_stored(&self, path: &str) -> Result<Option<Node>, ViewError> {

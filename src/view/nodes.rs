@@ -91,6 +91,11 @@ impl NodeCache {
         );
     }
 
+    /// Forget what is known of `dir` (its metadata was just written).
+    pub fn forget(&self, dir: &str) {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).pop(dir);
+    }
+
     /// The kind of the directory `dir`.
     pub async fn info(&self, dir: &str) -> Result<NodeInfo, StoreError> {
         let cached = self.cached(dir);

@@ -16,6 +16,7 @@ pub mod locate;
 pub mod metadata;
 pub mod rewrite;
 pub mod shard_index;
+pub mod shard_pack;
 pub mod sharding;
 
 pub use error::ZarrError;

@@ -1,0 +1,411 @@
+//! The write path: files written through the view.
+//!
+//! Every file open for writing is buffered in memory (a [`WriteFile`], shared by all handles
+//! of that path) and committed when it is closed (`flush`), synced or released: an inner
+//! chunk is packed into its shard (group-committed, see `shard::commit`), the view's
+//! `zarr.json` of a sharded array is translated back into the stored one
+//! (`view::metadata_write`), and any other file passes through to the store.
+//!
+//! Names inside a sharded array that are neither chunk keys nor `zarr.json` — the temporary
+//! files clients write before renaming them into place (zarr-python's `1.<uuid>.partial`,
+//! rsync's `.1.XXXXXX`) — are *staged*: kept in the overlay, visible to lookups, until they are
+//! renamed onto a real key (then committed there) or unlinked. Renaming a chunk file onto
+//! another chunk key moves the chunk. Other renames fail with EXDEV, never losing data.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+
+use super::handles::{FileHandle, Sink, WriteFile};
+use super::{child_path, validate_name, Attr, FileKind, Fs, FsError, FsResult};
+use crate::store::key::dir_prefix;
+use crate::store::{GetOptions, Precondition};
+use crate::view::metadata_write::translate;
+use crate::view::nodes::ShardedNode;
+use crate::view::{Node, Source, Target};
+
+impl Fs {
+    fn check_writable(&self) -> FsResult<()> {
+        if self.config.writable {
+            Ok(())
+        } else {
+            Err(FsError::ReadOnly)
+        }
+    }
+
+    /// Where bytes written at `path` go.
+    async fn sink_for(&self, path: &str) -> FsResult<Sink> {
+        Ok(match self.view.target(path).await? {
+            Target::Refused(_) => Sink::Staged,
+            Target::Stored { .. } if self.view.inside_sharded(path).await? => Sink::Staged,
+            target => Sink::Commit(target),
+        })
+    }
+
+    pub(super) fn overlay_get(&self, path: &str) -> Option<(Arc<WriteFile>, Sink)> {
+        self.overlay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(path)
+            .map(|e| (e.file.clone(), e.sink.clone()))
+    }
+
+    /// Register one more handle of `path` on `file`.
+    fn overlay_open(&self, path: &str, file: Arc<WriteFile>, sink: Sink) {
+        let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = overlay
+            .entry(path.to_string())
+            .or_insert_with(|| super::OverlayEntry { file, sink, handles: 0 });
+        entry.handles += 1;
+    }
+
+    /// A handle of `path` is gone; committed files leave the overlay with their last handle.
+    fn overlay_close(&self, path: &str) {
+        let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = overlay.get_mut(path) {
+            entry.handles = entry.handles.saturating_sub(1);
+            if entry.handles == 0 && !matches!(entry.sink, Sink::Staged) {
+                overlay.remove(path);
+            }
+        }
+    }
+
+    fn overlay_remove(&self, path: &str) -> Option<Arc<WriteFile>> {
+        self.overlay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(path)
+            .map(|e| e.file)
+    }
+
+    /// Attributes of a file in the overlay (being written, or staged).
+    pub(super) async fn overlay_attr(&self, ino: u64, path: &str) -> Option<Attr> {
+        let (file, _) = self.overlay_get(path)?;
+        let state = file.state.lock().await;
+        let size = if state.loaded {
+            state.data.len() as u64
+        } else {
+            state.size_hint
+        };
+        Some(Attr {
+            ino,
+            kind: FileKind::File,
+            size,
+            mtime: state.mtime,
+            perm: 0o644,
+            nlink: 1,
+            uid: self.config.uid,
+            gid: self.config.gid,
+        })
+    }
+
+    /// Create and open a new file.
+    pub async fn create(&self, parent: u64, name: &str, truncate_existing: bool) -> FsResult<(Attr, u64)> {
+        self.check_writable()?;
+        validate_name(name)?;
+        let path = child_path(&self.path_of(parent)?, name);
+        if self.overlay_get(&path).is_none() && !truncate_existing && self.view.lookup(&path).await?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let sink = self.sink_for(&path).await?;
+        let file = match self.overlay_get(&path) {
+            Some((file, _)) => file,
+            None => Arc::new(WriteFile::new_empty()),
+        };
+        file.state.lock().await.truncate(0);
+        self.overlay_open(&path, file.clone(), sink.clone());
+        let ino = self.inodes.lookup(&path);
+        let path: Arc<str> = Arc::from(path.as_str());
+        let fh = self.files.insert(FileHandle::writer(path.clone(), file, sink));
+        let attr = self.overlay_attr(ino, &path).await.ok_or(FsError::NotFound)?;
+        Ok((attr, fh))
+    }
+
+    /// Open an existing file for writing (`truncate`: O_TRUNC).
+    pub(super) async fn open_write(&self, path: Arc<str>, truncate: bool) -> FsResult<u64> {
+        self.check_writable()?;
+        let (file, sink) = match self.overlay_get(&path) {
+            Some(found) => found,
+            None => {
+                let node = self.node(&path).await?;
+                if node.is_dir() {
+                    return Err(FsError::IsADirectory);
+                }
+                (Arc::new(WriteFile::existing(node)), self.sink_for(&path).await?)
+            }
+        };
+        if truncate {
+            file.state.lock().await.truncate(0);
+        }
+        self.overlay_open(&path, file.clone(), sink.clone());
+        Ok(self.files.insert(FileHandle::writer(path, file, sink)))
+    }
+
+    /// Load the current content of a file opened for writing, the first time it is needed.
+    async fn load<'a>(&self, file: &'a WriteFile) -> FsResult<tokio::sync::MutexGuard<'a, super::handles::WriteState>> {
+        let mut state = file.state.lock().await;
+        if !state.loaded {
+            let bytes = match &state.base {
+                Some(node) => self.view.read(node, 0, u64::MAX).await?,
+                None => Bytes::new(),
+            };
+            state.data = bytes.to_vec();
+            state.loaded = true;
+        }
+        Ok(state)
+    }
+
+    pub(super) async fn read_writer(&self, file: &WriteFile, offset: u64, size: u32) -> FsResult<Bytes> {
+        let state = self.load(file).await?;
+        let len = state.data.len() as u64;
+        let start = offset.min(len) as usize;
+        let end = offset.saturating_add(u64::from(size)).min(len) as usize;
+        Ok(Bytes::copy_from_slice(&state.data[start..end]))
+    }
+
+    pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
+        let file = handle.writer.as_ref().ok_or(FsError::BadHandle)?;
+        let mut state = self.load(file).await?;
+        let start = usize::try_from(offset).map_err(|_| FsError::FileTooLarge)?;
+        let end = start.checked_add(data.len()).ok_or(FsError::FileTooLarge)?;
+        if end > self.config.max_file_size {
+            return Err(FsError::FileTooLarge);
+        }
+        if state.data.len() < end {
+            state.data.resize(end, 0);
+        }
+        state.data[start..end].copy_from_slice(data);
+        state.touch();
+        Ok(u32::try_from(data.len()).unwrap_or(u32::MAX))
+    }
+
+    /// Commit a handle's file if it changed (close, fsync).
+    pub async fn flush(&self, fh: u64) -> FsResult<()> {
+        let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
+        let (Some(file), Sink::Commit(target)) = (&handle.writer, &handle.sink) else {
+            return Ok(());
+        };
+        let mut state = file.state.lock().await;
+        if !state.dirty {
+            return Ok(());
+        }
+        let data = Bytes::from(state.data.clone());
+        self.commit(target, data).await?;
+        state.dirty = false;
+        Ok(())
+    }
+
+    /// Release a handle: commit what is left (errors can only be logged here), drop it.
+    pub async fn release(&self, fh: u64) {
+        if let Err(e) = self.flush(fh).await {
+            self.fail("release", 0, &e);
+        }
+        if let Some(handle) = self.files.remove(fh) {
+            if handle.writer.is_some() {
+                self.overlay_close(&handle.path);
+            }
+        }
+    }
+
+    async fn commit(&self, target: &Target, data: Bytes) -> FsResult<()> {
+        match target {
+            Target::Chunk { array, coords } => Ok(array.write_chunk(coords, Some(data)).await?),
+            Target::Stored { key } => {
+                self.view.store().set(key, data).await?;
+                Ok(())
+            }
+            Target::Metadata(node) => self.write_metadata(node, &data).await,
+            Target::Refused(_) => Err(FsError::NotPermitted),
+        }
+    }
+
+    async fn write_metadata(&self, node: &ShardedNode, written: &[u8]) -> FsResult<()> {
+        let key = format!("{}zarr.json", dir_prefix(&node.dir));
+        let store = self.view.store();
+        let stored = store.get(&key, GetOptions::default()).await?.ok_or(FsError::NotFound)?;
+        match translate(&stored.bytes, &node.rewritten, written) {
+            Ok(None) => Ok(()),
+            Ok(Some(bytes)) => {
+                store
+                    .set_if(&key, Bytes::from(bytes), Precondition::Version(stored.meta.version))
+                    .await?;
+                self.view.forget_dir(&node.dir);
+                Ok(())
+            }
+            Err(refusal) => {
+                tracing::warn!(key, %refusal, "metadata write refused");
+                Err(FsError::InvalidArgument)
+            }
+        }
+    }
+
+    /// Change a file's size (truncate), through a handle or by path.
+    pub async fn truncate(&self, ino: u64, size: u64, fh: Option<u64>) -> FsResult<Attr> {
+        self.check_writable()?;
+        let path = self.path_of(ino)?;
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|s| *s <= self.config.max_file_size)
+            .ok_or(FsError::FileTooLarge)?;
+        let handle = match fh.and_then(|fh| self.files.get(fh)).filter(|h| h.writer.is_some()) {
+            Some(handle) => handle,
+            None => {
+                let fh = self.open_write(path.clone(), false).await?;
+                let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
+                self.resize(&handle, size).await?;
+                let result = self.flush(fh).await;
+                self.release(fh).await;
+                result?;
+                return self.getattr(ino).await;
+            }
+        };
+        self.resize(&handle, size).await?;
+        self.getattr(ino).await
+    }
+
+    async fn resize(&self, handle: &FileHandle, size: usize) -> FsResult<()> {
+        let file = handle.writer.as_ref().ok_or(FsError::BadHandle)?;
+        let mut state = self.load(file).await?;
+        state.data.resize(size, 0);
+        state.touch();
+        Ok(())
+    }
+
+    /// Remove a file: a chunk's index entry is emptied (its shard erased when nothing is left).
+    pub async fn unlink(&self, parent: u64, name: &str) -> FsResult<()> {
+        self.check_writable()?;
+        validate_name(name)?;
+        let path = child_path(&self.path_of(parent)?, name);
+        if let Some((_, Sink::Staged)) = self.overlay_get(&path) {
+            self.overlay_remove(&path);
+            return Ok(());
+        }
+        let node = self.node(&path).await?;
+        self.remove_node(&path, &node).await
+    }
+
+    async fn remove_node(&self, path: &str, node: &Node) -> FsResult<()> {
+        match &node.source {
+            Source::Dir => Err(FsError::IsADirectory),
+            Source::Chunk { array, coords } => Ok(array.write_chunk(coords, None).await?),
+            Source::Stored { key } => Ok(self.view.store().erase(key).await?),
+            Source::Memory(_) => {
+                // The view's zarr.json of a sharded array: removing it removes the stored one.
+                let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+                self.view
+                    .store()
+                    .erase(&format!("{}zarr.json", dir_prefix(dir)))
+                    .await?;
+                self.view.forget_dir(dir);
+                Ok(())
+            }
+        }
+    }
+
+    /// Move a file. Staged files and chunk files may move onto any key of their array (and
+    /// staged files anywhere a file can be written); everything else is EXDEV.
+    pub async fn rename(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        no_replace: bool,
+    ) -> FsResult<()> {
+        self.check_writable()?;
+        validate_name(name)?;
+        validate_name(new_name)?;
+        let from = child_path(&self.path_of(parent)?, name);
+        let to = child_path(&self.path_of(new_parent)?, new_name);
+        if from == to {
+            return Ok(());
+        }
+        if no_replace && (self.overlay_get(&to).is_some() || self.view.lookup(&to).await?.is_some()) {
+            return Err(FsError::Exists);
+        }
+        let staged = matches!(self.overlay_get(&from), Some((_, Sink::Staged)));
+        let source = if staged { None } else { Some(self.node(&from).await?) };
+        let data = match &source {
+            None => {
+                let (file, _) = self.overlay_get(&from).ok_or(FsError::NotFound)?;
+                let data = Bytes::from(self.load(&file).await?.data.clone());
+                data
+            }
+            Some(node) if matches!(node.source, Source::Chunk { .. }) => self.view.read(node, 0, u64::MAX).await?,
+            Some(node) if node.is_dir() => return Err(FsError::CrossDevice),
+            Some(_) => return Err(FsError::CrossDevice),
+        };
+        match self.sink_for(&to).await? {
+            Sink::Commit(target @ Target::Chunk { .. }) => self.commit(&target, data).await?,
+            Sink::Commit(target) if staged => self.commit(&target, data).await?,
+            Sink::Staged if staged => {
+                if let Some(file) = self.overlay_remove(&from) {
+                    let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
+                    overlay.insert(
+                        to.clone(),
+                        super::OverlayEntry {
+                            file,
+                            sink: Sink::Staged,
+                            handles: 0,
+                        },
+                    );
+                }
+                self.inodes.rename(&from, &to);
+                return Ok(());
+            }
+            _ => return Err(FsError::CrossDevice),
+        }
+        match source {
+            None => {
+                self.overlay_remove(&from);
+            }
+            Some(node) => self.remove_node(&from, &node).await?,
+        }
+        self.inodes.rename(&from, &to);
+        Ok(())
+    }
+
+    /// Make a directory: chunk directories are implicit (nothing is stored for them).
+    pub async fn mkdir(&self, parent: u64, name: &str) -> FsResult<Attr> {
+        self.check_writable()?;
+        validate_name(name)?;
+        let path = child_path(&self.path_of(parent)?, name);
+        if self.view.lookup(&path).await?.is_some() {
+            return Err(FsError::Exists);
+        }
+        if !self.view.is_chunk_dir(&path).await? {
+            self.view.store().create_dir(&dir_prefix(&path)).await?;
+        }
+        let ino = self.inodes.lookup(&path);
+        let mut attr = self.attr(
+            ino,
+            &Node {
+                size: 0,
+                mtime_ns: None,
+                source: Source::Dir,
+            },
+        );
+        attr.mtime = SystemTime::now();
+        Ok(attr)
+    }
+
+    /// Remove an empty directory.
+    pub async fn rmdir(&self, parent: u64, name: &str) -> FsResult<()> {
+        self.check_writable()?;
+        validate_name(name)?;
+        let path = child_path(&self.path_of(parent)?, name);
+        let node = self.node(&path).await?;
+        if !node.is_dir() {
+            return Err(FsError::NotADirectory);
+        }
+        if !self.view.list(&path).await?.is_empty() {
+            return Err(FsError::NotEmpty);
+        }
+        if !self.view.is_chunk_dir(&path).await? {
+            self.view.store().remove_dir(&dir_prefix(&path)).await?;
+        }
+        Ok(())
+    }
+}
