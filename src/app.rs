@@ -16,6 +16,7 @@ use anyhow::{bail, Context, Result};
 use crate::cli::{Cli, Command, MountSettings, SourceSpec};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::session::{self, MountConfig};
+use crate::store::counting::CountingStore;
 use crate::store::local::LocalStore;
 use crate::store::Store;
 use crate::view::{View, ViewOptions};
@@ -110,7 +111,8 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
         .enable_all()
         .thread_name("zarrfs-io")
         .build()?;
-    let store = open_store(&settings.source, settings.writable)?;
+    let counters = Arc::new(CountingStore::new(open_store(&settings.source, settings.writable)?));
+    let store: Arc<dyn Store> = counters.clone();
     let options = ViewOptions {
         mode: settings.view,
         index_cache_bytes: settings.cache_bytes,
@@ -123,7 +125,7 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
         settings.metadata_ttl.max(Duration::from_millis(100)),
     );
     fs_config.writable = settings.writable;
-    let fs = Arc::new(Fs::new(view, fs_config));
+    let fs = Arc::new(Fs::new(view, fs_config).with_counters(counters));
     let SourceSpec::Local(path) = &settings.source;
     let cfg = MountConfig {
         read_only: !settings.writable,

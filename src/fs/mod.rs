@@ -17,6 +17,7 @@ use bytes::Bytes;
 pub use error::{ErrorLog, FsError};
 use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile, SNAPSHOT_LIMIT};
 
+use crate::store::counting::CountingStore;
 use crate::store::ByteRange;
 use crate::view::inodes::{InodeTable, ROOT_INO};
 use crate::view::{Node, Source, View};
@@ -25,6 +26,8 @@ pub type FsResult<T> = Result<T, FsError>;
 
 /// The name of the extended attribute that tells where a file's bytes are stored.
 pub const XATTR_SOURCE: &str = "user.zarrfs.source";
+/// The extended attribute of the mount's root that holds the store request counters (JSON).
+pub const XATTR_STATS: &str = "user.zarrfs.stats";
 
 #[derive(Debug, Clone)]
 pub struct FsConfig {
@@ -111,6 +114,7 @@ pub struct Fs {
     mounted_at: SystemTime,
     errors: ErrorLog,
     overlay: std::sync::Mutex<std::collections::HashMap<String, OverlayEntry>>,
+    counters: Option<Arc<CountingStore>>,
 }
 
 fn child_path(parent: &str, name: &str) -> String {
@@ -144,7 +148,14 @@ impl Fs {
             mounted_at: SystemTime::now(),
             errors: ErrorLog::default(),
             overlay: Default::default(),
+            counters: None,
         }
+    }
+
+    /// Publish these request counters as the root's `user.zarrfs.stats` attribute.
+    pub fn with_counters(mut self, counters: Arc<CountingStore>) -> Self {
+        self.counters = Some(counters);
+        self
     }
 
     pub fn config(&self) -> &FsConfig {
@@ -353,6 +364,10 @@ impl Fs {
     }
 
     pub async fn getxattr(&self, ino: u64, name: &str) -> FsResult<Vec<u8>> {
+        if name == XATTR_STATS && ino == ROOT_INO {
+            let counters = self.counters.as_ref().ok_or(FsError::NoAttribute)?;
+            return serde_json::to_vec(&counters.counts()).map_err(|_| FsError::NoAttribute);
+        }
         if name != XATTR_SOURCE {
             return Err(FsError::NoAttribute);
         }
@@ -362,6 +377,9 @@ impl Fs {
     /// Names of the extended attributes, NUL-terminated, as `listxattr` returns them.
     pub async fn listxattr(&self, ino: u64) -> FsResult<Vec<u8>> {
         let path = self.path_of(ino)?;
+        if ino == ROOT_INO && self.counters.is_some() {
+            return Ok(format!("{XATTR_STATS}\0").into_bytes());
+        }
         let node = self.node(&path).await?;
         if node.is_dir() {
             return Ok(Vec::new());
