@@ -125,6 +125,7 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
         settings.metadata_ttl.max(Duration::from_millis(100)),
     );
     fs_config.writable = settings.writable;
+    fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     let fs = Arc::new(Fs::new(view, fs_config).with_counters(counters));
     let SourceSpec::Local(path) = &settings.source;
     let cfg = MountConfig {
@@ -133,7 +134,7 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
         fsname: format!("zarrfs:{}", path.display()),
         threads: settings.threads.unwrap_or_else(fuse_threads),
     };
-    let mounted = match session::mount(fs, runtime.handle().clone(), &settings.mountpoint, &cfg) {
+    let mounted = match session::mount(fs.clone(), runtime.handle().clone(), &settings.mountpoint, &cfg) {
         Ok(m) => m,
         Err(e) => {
             let message = format!("cannot mount {}: {e}", settings.mountpoint.display());
@@ -143,7 +144,16 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
     };
     tracing::info!(source = %path.display(), mountpoint = %settings.mountpoint.display(), "mounted");
     report(Ok(()));
-    mounted.serve(runtime.handle())?;
+    {
+        let _context = runtime.enter();
+        fs.start_write_back();
+    }
+    let served = mounted.serve(runtime.handle());
+    // Unmounted (or told to stop): write back what is still pending before exiting.
+    if let Err(e) = runtime.block_on(fs.write_back(true)) {
+        tracing::error!("pending writes could not be committed: {e}");
+    }
+    served?;
     tracing::info!("unmounted");
     // Requests still running hold nothing worth waiting for once the kernel has let go.
     runtime.shutdown_timeout(Duration::from_secs(2));

@@ -65,6 +65,10 @@ pub struct MountArgs {
     /// Allow writes: chunk files are packed into shards on close (experimental, in progress).
     #[arg(long, help_heading = "View")]
     pub writable: bool,
+    /// Opt-in write-back: commit closed chunk files per shard after this many seconds (or when
+    /// a shard is complete, on fsync, unmount, SIGTERM) instead of at every close.
+    #[arg(long, value_name = "SECONDS", help_heading = "View")]
+    pub write_back_delay: Option<f64>,
     /// How sharded arrays are shown.
     #[arg(long, value_enum, default_value_t = ViewArg::Unsharded, help_heading = "View")]
     pub view: ViewArg,
@@ -130,6 +134,7 @@ pub struct MountSettings {
     pub log_file: Option<PathBuf>,
     pub view: ViewMode,
     pub writable: bool,
+    pub write_back_delay: Option<Duration>,
     pub allow_other: bool,
     pub uid: u32,
     pub gid: u32,
@@ -157,6 +162,15 @@ impl MountArgs {
                 ViewArg::Raw => ViewMode::Raw,
             },
             writable: self.writable && !self.read_only,
+            write_back_delay: match self.write_back_delay {
+                Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s.min(86_400.0))),
+                Some(s) => {
+                    return Err(format!(
+                        "--write-back-delay {s}: must be a non-negative number of seconds"
+                    ))
+                }
+                None => None,
+            },
             allow_other: self.allow_other,
             uid: self.uid.unwrap_or_else(|| nix::unistd::getuid().as_raw()),
             gid: self.gid.unwrap_or_else(|| nix::unistd::getgid().as_raw()),

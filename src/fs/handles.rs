@@ -78,6 +78,8 @@ pub struct WriteState {
     pub base: Option<Node>,
     pub size_hint: u64,
     pub mtime: std::time::SystemTime,
+    /// Counts changes, so a commit of older bytes does not mark newer ones clean.
+    pub generation: u64,
 }
 
 impl WriteFile {
@@ -90,6 +92,7 @@ impl WriteFile {
             base: None,
             size_hint: 0,
             mtime: std::time::SystemTime::now(),
+            generation: 0,
         })
     }
 
@@ -103,6 +106,7 @@ impl WriteFile {
             base: Some(node),
             size_hint,
             mtime: std::time::SystemTime::now(),
+            generation: 0,
         })
     }
 
@@ -124,6 +128,7 @@ impl WriteState {
 
     pub fn touch(&mut self) {
         self.dirty = true;
+        self.generation += 1;
         self.mtime = std::time::SystemTime::now();
     }
 }

@@ -8,6 +8,7 @@
 pub mod error;
 pub mod handles;
 mod write;
+pub mod writeback;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,6 +40,8 @@ pub struct FsConfig {
     pub writable: bool,
     /// Largest file that may be written through the mount (held in memory until committed).
     pub max_file_size: usize,
+    /// Opt-in write-back: how long closed chunk files may wait before their shard is committed.
+    pub write_back_delay: Option<Duration>,
 }
 
 impl FsConfig {
@@ -49,6 +52,7 @@ impl FsConfig {
             attr_ttl,
             writable: false,
             max_file_size: 1 << 30,
+            write_back_delay: None,
         }
     }
 }
@@ -59,6 +63,8 @@ struct OverlayEntry {
     file: Arc<WriteFile>,
     sink: Sink,
     handles: usize,
+    /// Closed with changes not yet committed (write-back mode), since when.
+    pending: Option<std::time::Instant>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +121,9 @@ pub struct Fs {
     errors: ErrorLog,
     overlay: std::sync::Mutex<std::collections::HashMap<String, OverlayEntry>>,
     counters: Option<Arc<CountingStore>>,
+    writeback: Option<writeback::WriteBack>,
+    /// Chunk directories made by mkdir that hold no stored chunk yet (they are implicit).
+    made_dirs: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 fn child_path(parent: &str, name: &str) -> String {
@@ -139,6 +148,7 @@ fn validate_name(name: &str) -> FsResult<()> {
 
 impl Fs {
     pub fn new(view: View, config: FsConfig) -> Self {
+        let writeback = config.write_back_delay.map(writeback::WriteBack::new);
         Fs {
             view,
             inodes: InodeTable::new(),
@@ -149,6 +159,8 @@ impl Fs {
             errors: ErrorLog::default(),
             overlay: Default::default(),
             counters: None,
+            writeback,
+            made_dirs: Default::default(),
         }
     }
 
@@ -200,10 +212,6 @@ impl Fs {
         }
     }
 
-    async fn node(&self, path: &str) -> FsResult<Node> {
-        self.view.lookup(path).await?.ok_or(FsError::NotFound)
-    }
-
     /// Look a name up in a directory; counts one kernel lookup of the returned inode.
     pub async fn lookup(&self, parent: u64, name: &str) -> FsResult<Attr> {
         validate_name(name)?;
@@ -216,6 +224,21 @@ impl Fs {
         let node = self.node(&path).await?;
         let ino = self.inodes.lookup(&path);
         Ok(self.attr(ino, &node))
+    }
+
+    /// The node at `path`: the view's, or a directory made by mkdir that is still implicit.
+    async fn node(&self, path: &str) -> FsResult<Node> {
+        if let Some(node) = self.view.lookup(path).await? {
+            return Ok(node);
+        }
+        if self.made_dirs.lock().unwrap_or_else(|e| e.into_inner()).contains(path) {
+            return Ok(Node {
+                size: 0,
+                mtime_ns: None,
+                source: Source::Dir,
+            });
+        }
+        Err(FsError::NotFound)
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
@@ -272,8 +295,62 @@ impl Fs {
         if !node.is_dir() {
             return Err(FsError::NotADirectory);
         }
-        let entries = self.view.list(&path).await?;
+        let mut entries = self.view.list(&path).await?;
+        self.add_unstored(&path, &mut entries).await;
         Ok(self.dirs.insert(DirHandle { path, entries }))
+    }
+
+    /// Add to a listing what the store does not show yet: files in the overlay (being written,
+    /// staged, or pending write-back) and directories made by mkdir, with the directories that
+    /// lead to them.
+    async fn add_unstored(&self, dir: &str, entries: &mut Vec<(String, Node)>) {
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let mut extra: Vec<(String, Option<std::sync::Arc<WriteFile>>)> = Vec::new();
+        {
+            let overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
+            let made = self.made_dirs.lock().unwrap_or_else(|e| e.into_inner());
+            let files = overlay.iter().map(|(p, e)| (p, Some(e.file.clone())));
+            for (path, file) in files.chain(made.iter().map(|p| (p, None))) {
+                let Some(rest) = path.strip_prefix(&prefix) else {
+                    continue;
+                };
+                match rest.split_once('/') {
+                    Some((sub, _)) => extra.push((sub.to_string(), None)),
+                    None => extra.push((rest.to_string(), file)),
+                }
+            }
+        }
+        for (name, file) in extra {
+            if name.is_empty() || entries.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            let node = match file {
+                Some(file) => {
+                    let state = file.state.lock().await;
+                    let size = if state.loaded {
+                        state.data.len() as u64
+                    } else {
+                        state.size_hint
+                    };
+                    Node {
+                        size,
+                        mtime_ns: None,
+                        source: Source::Memory(Bytes::new()),
+                    }
+                }
+                None => Node {
+                    size: 0,
+                    mtime_ns: None,
+                    source: Source::Dir,
+                },
+            };
+            entries.push((name, node));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
     }
 
     /// Entries from `offset` on: `.` and `..` first, then the listing.

@@ -54,9 +54,12 @@ impl Fs {
     /// Register one more handle of `path` on `file`.
     fn overlay_open(&self, path: &str, file: Arc<WriteFile>, sink: Sink) {
         let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = overlay
-            .entry(path.to_string())
-            .or_insert_with(|| super::OverlayEntry { file, sink, handles: 0 });
+        let entry = overlay.entry(path.to_string()).or_insert_with(|| super::OverlayEntry {
+            file,
+            sink,
+            handles: 0,
+            pending: None,
+        });
         entry.handles += 1;
     }
 
@@ -65,7 +68,7 @@ impl Fs {
         let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(entry) = overlay.get_mut(path) {
             entry.handles = entry.handles.saturating_sub(1);
-            if entry.handles == 0 && !matches!(entry.sink, Sink::Staged) {
+            if entry.handles == 0 && !matches!(entry.sink, Sink::Staged) && entry.pending.is_none() {
                 overlay.remove(path);
             }
         }
@@ -191,9 +194,23 @@ impl Fs {
         if !state.dirty {
             return Ok(());
         }
+        if self.defers(&handle.sink) {
+            drop(state);
+            self.defer(&handle.path);
+            return Ok(());
+        }
         let data = Bytes::from(state.data.clone());
         self.commit(target, data).await?;
         state.dirty = false;
+        Ok(())
+    }
+
+    /// Make a file's changes durable: in write-back mode everything pending is committed.
+    pub async fn fsync(&self, fh: u64) -> FsResult<()> {
+        self.flush(fh).await?;
+        if self.writeback.is_some() {
+            self.write_back(true).await?;
+        }
         Ok(())
     }
 
@@ -251,6 +268,18 @@ impl Fs {
             .ok_or(FsError::FileTooLarge)?;
         let handle = match fh.and_then(|fh| self.files.get(fh)).filter(|h| h.writer.is_some()) {
             Some(handle) => handle,
+            // Open for writing elsewhere: change the shared content; its close commits it.
+            None if self
+                .overlay_get(&path)
+                .is_some_and(|(_, sink)| !matches!(sink, Sink::Staged)) =>
+            {
+                let (file, _) = self.overlay_get(&path).ok_or(FsError::NotFound)?;
+                let mut state = self.load(&file).await?;
+                state.data.resize(size, 0);
+                state.touch();
+                drop(state);
+                return self.getattr(ino).await;
+            }
             None => {
                 let fh = self.open_write(path.clone(), false).await?;
                 let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
@@ -278,9 +307,22 @@ impl Fs {
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
-        if let Some((_, Sink::Staged)) = self.overlay_get(&path) {
-            self.overlay_remove(&path);
-            return Ok(());
+        match self.overlay_get(&path) {
+            Some((_, Sink::Staged)) => {
+                self.overlay_remove(&path);
+                return Ok(());
+            }
+            Some((_, sink)) => {
+                // Not yet committed (write-back) or being written: drop the pending bytes; the
+                // stored chunk, if any, is removed below.
+                self.overlay_remove(&path);
+                self.undefer(&sink);
+                let Some(node) = self.view.lookup(&path).await? else {
+                    return Ok(());
+                };
+                return self.remove_node(&path, &node).await;
+            }
+            None => {}
         }
         let node = self.node(&path).await?;
         self.remove_node(&path, &node).await
@@ -337,20 +379,38 @@ impl Fs {
             Some(node) if node.is_dir() => return Err(FsError::CrossDevice),
             Some(_) => return Err(FsError::CrossDevice),
         };
-        match self.sink_for(&to).await? {
+        let sink = self.sink_for(&to).await?;
+        if staged && self.defers(&sink) {
+            if let Some(file) = self.overlay_remove(&from) {
+                file.state.lock().await.touch();
+                let entry = super::OverlayEntry {
+                    file,
+                    sink,
+                    handles: 0,
+                    pending: None,
+                };
+                self.overlay
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(to.clone(), entry);
+                self.defer(&to);
+            }
+            self.inodes.rename(&from, &to);
+            return Ok(());
+        }
+        match sink {
             Sink::Commit(target @ Target::Chunk { .. }) => self.commit(&target, data).await?,
             Sink::Commit(target) if staged => self.commit(&target, data).await?,
             Sink::Staged if staged => {
                 if let Some(file) = self.overlay_remove(&from) {
                     let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
-                    overlay.insert(
-                        to.clone(),
-                        super::OverlayEntry {
-                            file,
-                            sink: Sink::Staged,
-                            handles: 0,
-                        },
-                    );
+                    let entry = super::OverlayEntry {
+                        file,
+                        sink: Sink::Staged,
+                        handles: 0,
+                        pending: None,
+                    };
+                    overlay.insert(to.clone(), entry);
                 }
                 self.inodes.rename(&from, &to);
                 return Ok(());
@@ -375,7 +435,12 @@ impl Fs {
         if self.view.lookup(&path).await?.is_some() {
             return Err(FsError::Exists);
         }
-        if !self.view.is_chunk_dir(&path).await? {
+        if self.view.is_chunk_dir(&path).await? {
+            self.made_dirs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(path.clone());
+        } else {
             self.view.store().create_dir(&dir_prefix(&path)).await?;
         }
         let ino = self.inodes.lookup(&path);
@@ -400,9 +465,12 @@ impl Fs {
         if !node.is_dir() {
             return Err(FsError::NotADirectory);
         }
-        if !self.view.list(&path).await?.is_empty() {
+        let mut entries = self.view.list(&path).await?;
+        self.add_unstored(&path, &mut entries).await;
+        if !entries.is_empty() {
             return Err(FsError::NotEmpty);
         }
+        self.made_dirs.lock().unwrap_or_else(|e| e.into_inner()).remove(&path);
         if !self.view.is_chunk_dir(&path).await? {
             self.view.store().remove_dir(&dir_prefix(&path)).await?;
         }

@@ -93,6 +93,8 @@ impl Filesystem for ZarrFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Both are optional: an older kernel without them still works, only slower.
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        // O_TRUNC arrives with OPEN instead of as a separate SETATTR.
+        let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         let _ = config.set_max_background(MAX_BACKGROUND);
         Ok(())
     }
@@ -191,7 +193,7 @@ impl Filesystem for ZarrFuse {
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         self.run("fsync", async move {
-            match fs.flush(fh.0).await {
+            match fs.fsync(fh.0).await {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(fs.fail("fsync", ino.0, &e))),
             }

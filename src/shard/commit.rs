@@ -50,32 +50,65 @@ impl ShardedArray {
     /// Store (`Some`) or remove (`None`) the inner chunk at `coords`; returns once the shard
     /// holding it has been committed.
     pub async fn write_chunk(self: &Arc<Self>, coords: &[u64], bytes: Option<Bytes>) -> Result<(), ShardError> {
-        if !self.in_grid(coords) {
-            return Err(ShardError::OutsideGrid {
-                key: self.shard_key(coords),
-            });
+        self.write_chunks(vec![(coords.to_vec(), bytes)]).await
+    }
+
+    /// Store or remove several inner chunks; all are queued at once, so the chunks of one shard
+    /// go into a single rewrite of it. Returns once every shard involved has been committed.
+    pub async fn write_chunks(self: &Arc<Self>, chunks: Vec<(Vec<u64>, Option<Bytes>)>) -> Result<(), ShardError> {
+        let mut located = Vec::with_capacity(chunks.len());
+        for (coords, bytes) in chunks {
+            let outside = || ShardError::OutsideGrid {
+                key: self.shard_key(&coords),
+            };
+            if !self.in_grid(&coords) {
+                return Err(outside());
+            }
+            let loc = self.layout.locate(&coords).ok_or_else(outside)?;
+            located.push((self.shard_key(&loc.shard_coords), (loc.per_level_index, bytes)));
         }
-        let loc = self.layout.locate(coords).ok_or_else(|| ShardError::OutsideGrid {
-            key: self.shard_key(coords),
-        })?;
-        let shard_key = self.shard_key(&loc.shard_coords);
-        let (reply, done) = oneshot::channel();
-        let start = {
+        let mut waits = Vec::with_capacity(located.len());
+        let mut start = Vec::new();
+        {
             let mut queues = self.commits.lock();
-            let queue = queues.entry(shard_key.clone()).or_default();
-            queue.pending.push(((loc.per_level_index, bytes), reply));
-            !std::mem::replace(&mut queue.running, true)
-        };
-        if start {
+            for (shard_key, change) in located {
+                let (reply, done) = oneshot::channel();
+                let queue = queues.entry(shard_key.clone()).or_default();
+                queue.pending.push((change, reply));
+                if !std::mem::replace(&mut queue.running, true) {
+                    start.push(shard_key.clone());
+                }
+                waits.push((shard_key, done));
+            }
+        }
+        for shard_key in start {
             let array = self.clone();
             tokio::spawn(async move { array.drain(shard_key).await });
         }
-        match done.await {
-            Ok(result) => result.map_err(ShardError::Shared),
-            Err(_) => Err(ShardError::Shared(Arc::new(ShardError::Unstable {
-                key: self.shard_key(coords),
-            }))),
+        for (shard_key, done) in waits {
+            match done.await {
+                Ok(result) => result.map_err(ShardError::Shared)?,
+                Err(_) => return Err(ShardError::Unstable { key: shard_key }),
+            }
         }
+        Ok(())
+    }
+
+    /// The key of the stored shard holding the inner chunk at `coords`.
+    pub fn shard_key_of(&self, coords: &[u64]) -> Option<String> {
+        let loc = self.layout.locate(coords).filter(|_| self.in_grid(coords))?;
+        Some(self.shard_key(&loc.shard_coords))
+    }
+
+    /// How many inner chunks of the grid the shard holding `coords` can contain.
+    pub fn chunks_in_shard_of(&self, coords: &[u64]) -> u64 {
+        (0..self.ndim().min(coords.len()))
+            .map(|d| {
+                let k = self.per_shard[d];
+                let lo = coords[d] / k * k;
+                lo.saturating_add(k).min(self.inner_grid[d]).saturating_sub(lo)
+            })
+            .product()
     }
 
     /// Commit batches of queued changes of one shard until none are left.
@@ -114,7 +147,7 @@ impl ShardedArray {
             };
             for (path, bytes) in changes {
                 content
-                    .set(path, bytes.clone())
+                    .set_checked(levels, path, bytes.clone())
                     .map_err(|e| ShardError::from_zarr(shard_key, e))?;
             }
             let packed = pack(&content, levels).map_err(|e| ShardError::from_zarr(shard_key, e))?;
