@@ -81,6 +81,10 @@ fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
     if !path.is_dir() {
         bail!("source {} is not a directory", path.display());
     }
+    if settings.writable && nix::unistd::access(&path, nix::unistd::AccessFlags::W_OK).is_err() {
+        eprintln!("zarrfs: {} is not writable: mounting read-only", path.display());
+        settings.writable = false;
+    }
     settings.source = SourceSpec::Local(path);
     settings.mountpoint = absolute(&settings.mountpoint).context("mountpoint")?;
     if !settings.mountpoint.is_dir() {
@@ -126,6 +130,7 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
     );
     fs_config.writable = settings.writable;
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
+    fs_config.write_buffer_bytes = settings.write_buffer_bytes;
     let fs = Arc::new(Fs::new(view, fs_config).with_counters(counters));
     let SourceSpec::Local(path) = &settings.source;
     let cfg = MountConfig {

@@ -59,11 +59,11 @@ pub struct MountArgs {
     #[arg(long, value_name = "PATH", help_heading = "Process")]
     pub log_file: Option<PathBuf>,
 
-    /// Refuse every change (the default for now; see --writable).
+    /// Refuse every change (mounts are writable by default when the source is).
     #[arg(long, help_heading = "View", conflicts_with = "writable")]
     pub read_only: bool,
-    /// Allow writes: chunk files are packed into shards on close (experimental, in progress).
-    #[arg(long, help_heading = "View")]
+    /// Allow writes (the default; accepted for scripts that say so).
+    #[arg(long, help_heading = "View", hide = true)]
     pub writable: bool,
     /// Opt-in write-back: commit closed chunk files per shard after this many seconds (or when
     /// a shard is complete, on fsync, unmount, SIGTERM) instead of at every close.
@@ -86,6 +86,10 @@ pub struct MountArgs {
     /// Memory for decoded shard indexes, in bytes (suffixes K, M, G allowed).
     #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size, help_heading = "Caching")]
     pub cache_size: u64,
+    /// Memory for the content of files being written, in bytes (suffixes K, M, G); beyond it
+    /// they spill to unlinked files in the temporary directory ($TMPDIR).
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size, help_heading = "Caching")]
+    pub write_buffer_size: u64,
     /// Seconds for which metadata and shard indexes are trusted before being checked again.
     #[arg(long, value_name = "SECONDS", default_value_t = 1.0, help_heading = "Caching")]
     pub metadata_ttl: f64,
@@ -139,6 +143,7 @@ pub struct MountSettings {
     pub uid: u32,
     pub gid: u32,
     pub cache_bytes: usize,
+    pub write_buffer_bytes: usize,
     pub metadata_ttl: Duration,
 }
 
@@ -161,7 +166,7 @@ impl MountArgs {
                 ViewArg::Unsharded => ViewMode::Unsharded,
                 ViewArg::Raw => ViewMode::Raw,
             },
-            writable: self.writable && !self.read_only,
+            writable: !self.read_only,
             write_back_delay: match self.write_back_delay {
                 Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s.min(86_400.0))),
                 Some(s) => {
@@ -175,6 +180,7 @@ impl MountArgs {
             uid: self.uid.unwrap_or_else(|| nix::unistd::getuid().as_raw()),
             gid: self.gid.unwrap_or_else(|| nix::unistd::getgid().as_raw()),
             cache_bytes: usize::try_from(self.cache_size).unwrap_or(usize::MAX),
+            write_buffer_bytes: usize::try_from(self.write_buffer_size).unwrap_or(usize::MAX),
             metadata_ttl: Duration::from_secs_f64(self.metadata_ttl.min(1e9)),
         })
     }

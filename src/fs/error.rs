@@ -41,8 +41,17 @@ pub enum FsError {
     CrossDevice,
     #[error("file too large")]
     FileTooLarge,
+    /// The local buffer of a file being written failed (spill directory full, unwritable).
+    #[error("write buffer: {0}")]
+    Buffer(std::io::Error),
     #[error(transparent)]
     View(#[from] ViewError),
+}
+
+impl From<std::io::Error> for FsError {
+    fn from(e: std::io::Error) -> Self {
+        FsError::Buffer(e)
+    }
 }
 
 impl From<StoreError> for FsError {
@@ -96,6 +105,7 @@ impl FsError {
             FsError::InvalidArgument => libc::EINVAL,
             FsError::CrossDevice => libc::EXDEV,
             FsError::FileTooLarge => libc::EFBIG,
+            FsError::Buffer(e) => e.raw_os_error().unwrap_or(libc::EIO),
             FsError::View(ViewError::Store(e)) => store_errno(e),
             FsError::View(ViewError::Shard(e)) => shard_errno(e),
             FsError::View(ViewError::Vanished(_)) => libc::ESTALE,

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
+use super::buffer::{Budget, Buffer};
 use crate::view::{Node, Target};
 
 /// Largest chunk read whole into a handle on first read.
@@ -69,7 +70,7 @@ pub struct WriteFile {
 #[derive(Debug)]
 pub struct WriteState {
     /// The file's current content, once `loaded`.
-    pub data: Vec<u8>,
+    pub data: Buffer,
     /// Whether `data` holds the content (an existing file is read on first need).
     pub loaded: bool,
     /// Changed since the last commit.
@@ -84,9 +85,9 @@ pub struct WriteState {
 
 impl WriteFile {
     /// A new, empty file (dirty: it must be stored even if nothing is written).
-    pub fn new_empty() -> Self {
+    pub fn new_empty(budget: Arc<Budget>) -> Self {
         Self::with(WriteState {
-            data: Vec::new(),
+            data: Buffer::new(budget),
             loaded: true,
             dirty: true,
             base: None,
@@ -97,10 +98,10 @@ impl WriteFile {
     }
 
     /// An existing file, loaded lazily.
-    pub fn existing(node: Node) -> Self {
+    pub fn existing(node: Node, budget: Arc<Budget>) -> Self {
         let size_hint = node.size;
         Self::with(WriteState {
-            data: Vec::new(),
+            data: Buffer::new(budget),
             loaded: false,
             dirty: false,
             base: Some(node),
@@ -119,11 +120,11 @@ impl WriteFile {
 
 impl WriteState {
     /// Empty the content (O_TRUNC, or a new file).
-    pub fn truncate(&mut self, size: usize) {
-        self.data.clear();
-        self.data.resize(size, 0);
+    pub fn truncate(&mut self) -> std::io::Result<()> {
+        self.data.resize(0)?;
         self.loaded = true;
         self.touch();
+        Ok(())
     }
 
     pub fn touch(&mut self) {

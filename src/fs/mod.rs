@@ -5,6 +5,7 @@
 //! unless the mount is writable. Errors are [`FsError`]s; the errno mapping and its logging live in
 //! [`error`]. The FUSE adapter in `fuse/` only translates requests and replies.
 
+pub mod buffer;
 pub mod error;
 pub mod handles;
 mod write;
@@ -42,6 +43,9 @@ pub struct FsConfig {
     pub max_file_size: usize,
     /// Opt-in write-back: how long closed chunk files may wait before their shard is committed.
     pub write_back_delay: Option<Duration>,
+    /// Memory for the content of files being written; beyond it they spill to `spill_dir`.
+    pub write_buffer_bytes: usize,
+    pub spill_dir: std::path::PathBuf,
 }
 
 impl FsConfig {
@@ -53,6 +57,8 @@ impl FsConfig {
             writable: false,
             max_file_size: 1 << 30,
             write_back_delay: None,
+            write_buffer_bytes: 256 << 20,
+            spill_dir: std::env::temp_dir(),
         }
     }
 }
@@ -122,6 +128,7 @@ pub struct Fs {
     overlay: std::sync::Mutex<std::collections::HashMap<String, OverlayEntry>>,
     counters: Option<Arc<CountingStore>>,
     writeback: Option<writeback::WriteBack>,
+    budget: Arc<buffer::Budget>,
     /// Chunk directories made by mkdir that hold no stored chunk yet (they are implicit).
     made_dirs: std::sync::Mutex<std::collections::HashSet<String>>,
 }
@@ -149,6 +156,7 @@ fn validate_name(name: &str) -> FsResult<()> {
 impl Fs {
     pub fn new(view: View, config: FsConfig) -> Self {
         let writeback = config.write_back_delay.map(writeback::WriteBack::new);
+        let budget = buffer::Budget::new(config.write_buffer_bytes, config.spill_dir.clone());
         Fs {
             view,
             inodes: InodeTable::new(),
@@ -160,6 +168,7 @@ impl Fs {
             overlay: Default::default(),
             counters: None,
             writeback,
+            budget,
             made_dirs: Default::default(),
         }
     }
@@ -332,7 +341,7 @@ impl Fs {
                 Some(file) => {
                     let state = file.state.lock().await;
                     let size = if state.loaded {
-                        state.data.len() as u64
+                        state.data.len()
                     } else {
                         state.size_hint
                     };

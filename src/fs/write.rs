@@ -87,7 +87,7 @@ impl Fs {
         let (file, _) = self.overlay_get(path)?;
         let state = file.state.lock().await;
         let size = if state.loaded {
-            state.data.len() as u64
+            state.data.len()
         } else {
             state.size_hint
         };
@@ -114,9 +114,9 @@ impl Fs {
         let sink = self.sink_for(&path).await?;
         let file = match self.overlay_get(&path) {
             Some((file, _)) => file,
-            None => Arc::new(WriteFile::new_empty()),
+            None => Arc::new(WriteFile::new_empty(self.budget.clone())),
         };
-        file.state.lock().await.truncate(0);
+        file.state.lock().await.truncate()?;
         self.overlay_open(&path, file.clone(), sink.clone());
         let ino = self.inodes.lookup(&path);
         let path: Arc<str> = Arc::from(path.as_str());
@@ -135,11 +135,14 @@ impl Fs {
                 if node.is_dir() {
                     return Err(FsError::IsADirectory);
                 }
-                (Arc::new(WriteFile::existing(node)), self.sink_for(&path).await?)
+                (
+                    Arc::new(WriteFile::existing(node, self.budget.clone())),
+                    self.sink_for(&path).await?,
+                )
             }
         };
         if truncate {
-            file.state.lock().await.truncate(0);
+            file.state.lock().await.truncate()?;
         }
         self.overlay_open(&path, file.clone(), sink.clone());
         Ok(self.files.insert(FileHandle::writer(path, file, sink)))
@@ -153,7 +156,7 @@ impl Fs {
                 Some(node) => self.view.read(node, 0, u64::MAX).await?,
                 None => Bytes::new(),
             };
-            state.data = bytes.to_vec();
+            state.data.replace(&bytes)?;
             state.loaded = true;
         }
         Ok(state)
@@ -161,25 +164,18 @@ impl Fs {
 
     pub(super) async fn read_writer(&self, file: &WriteFile, offset: u64, size: u32) -> FsResult<Bytes> {
         let state = self.load(file).await?;
-        let len = state.data.len() as u64;
-        let start = offset.min(len) as usize;
-        let end = offset.saturating_add(u64::from(size)).min(len) as usize;
-        Ok(Bytes::copy_from_slice(&state.data[start..end]))
+        Ok(state.data.read(offset, u64::from(size))?)
     }
 
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         let file = handle.writer.as_ref().ok_or(FsError::BadHandle)?;
         let mut state = self.load(file).await?;
-        let start = usize::try_from(offset).map_err(|_| FsError::FileTooLarge)?;
-        let end = start.checked_add(data.len()).ok_or(FsError::FileTooLarge)?;
-        if end > self.config.max_file_size {
+        let end = offset.checked_add(data.len() as u64).ok_or(FsError::FileTooLarge)?;
+        if end > self.config.max_file_size as u64 {
             return Err(FsError::FileTooLarge);
         }
-        if state.data.len() < end {
-            state.data.resize(end, 0);
-        }
-        state.data[start..end].copy_from_slice(data);
+        state.data.write_at(offset, data)?;
         state.touch();
         Ok(u32::try_from(data.len()).unwrap_or(u32::MAX))
     }
@@ -199,7 +195,7 @@ impl Fs {
             self.defer(&handle.path);
             return Ok(());
         }
-        let data = Bytes::from(state.data.clone());
+        let data = state.data.to_bytes()?;
         self.commit(target, data).await?;
         state.dirty = false;
         Ok(())
@@ -275,7 +271,7 @@ impl Fs {
             {
                 let (file, _) = self.overlay_get(&path).ok_or(FsError::NotFound)?;
                 let mut state = self.load(&file).await?;
-                state.data.resize(size, 0);
+                state.data.resize(size as u64)?;
                 state.touch();
                 drop(state);
                 return self.getattr(ino).await;
@@ -297,7 +293,7 @@ impl Fs {
     async fn resize(&self, handle: &FileHandle, size: usize) -> FsResult<()> {
         let file = handle.writer.as_ref().ok_or(FsError::BadHandle)?;
         let mut state = self.load(file).await?;
-        state.data.resize(size, 0);
+        state.data.resize(size as u64)?;
         state.touch();
         Ok(())
     }
@@ -372,7 +368,7 @@ impl Fs {
         let data = match &source {
             None => {
                 let (file, _) = self.overlay_get(&from).ok_or(FsError::NotFound)?;
-                let data = Bytes::from(self.load(&file).await?.data.clone());
+                let data = self.load(&file).await?.data.to_bytes()?;
                 data
             }
             Some(node) if matches!(node.source, Source::Chunk { .. }) => self.view.read(node, 0, u64::MAX).await?,

@@ -125,7 +125,7 @@ impl Fs {
         for (path, file, array, coords) in candidates {
             let state = file.state.lock().await;
             if state.dirty && state.loaded {
-                let data = Bytes::from(state.data.clone());
+                let Ok(data) = state.data.to_bytes() else { continue };
                 due.push(Due {
                     path,
                     array,

@@ -141,8 +141,9 @@ def mounter(zarrfs_bin, tmp_path, request):
 
 @pytest.fixture
 def view(mounter, tree) -> Mount:
-    """The default hierarchy mounted with the default (unsharded) view."""
-    return mounter(tree.root)
+    """The default hierarchy mounted with the default (unsharded) view, read-only (mounts are
+    writable by default; the write path has its own tests)."""
+    return mounter(tree.root, "--read-only")
 
 
 @pytest.fixture
