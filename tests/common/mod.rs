@@ -821,3 +821,222 @@ pub fn random_spec(seed: u64) -> ArraySpec {
     let reverse = rng.percent(50);
     spec.encoding(enc).gap(gap).reverse(reverse)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Driving an `Fs` without a mount (the write-path tests).
+
+pub const FS_UID: u32 = 4321;
+pub const FS_GID: u32 = 8765;
+
+/// An unsharded view of `store` with writes allowed.
+pub fn writable_fs(store: Arc<dyn Store>) -> zarrfs::fs::Fs {
+    let mut config = zarrfs::fs::FsConfig::read_only(FS_UID, FS_GID, std::time::Duration::from_secs(1));
+    config.writable = true;
+    let view = zarrfs::view::View::new(store, &zarrfs::view::ViewOptions::default());
+    zarrfs::fs::Fs::new(view, config)
+}
+
+/// Resolve a path from the root by successive lookups.
+pub async fn fs_resolve(fs: &zarrfs::fs::Fs, path: &str) -> Result<zarrfs::fs::Attr, zarrfs::fs::FsError> {
+    let mut attr = fs.getattr(zarrfs::view::inodes::ROOT_INO).await?;
+    for name in path.split('/').filter(|n| !n.is_empty()) {
+        attr = fs.lookup(attr.ino, name).await?;
+    }
+    Ok(attr)
+}
+
+/// Read a whole file through a fresh read handle.
+pub async fn fs_read(fs: &zarrfs::fs::Fs, ino: u64) -> Result<Vec<u8>, zarrfs::fs::FsError> {
+    let fh = fs.open(ino, false, false).await?;
+    let mut out = Vec::new();
+    loop {
+        match fs.read(fh, out.len() as u64, 4096).await {
+            Ok(b) if b.is_empty() => break,
+            Ok(b) => out.extend_from_slice(&b),
+            Err(e) => {
+                fs.release(fh).await;
+                return Err(e);
+            }
+        }
+    }
+    fs.release(fh).await;
+    Ok(out)
+}
+
+/// The bytes of the file at `path`, checking that its size agrees.
+pub async fn fs_read_path(fs: &zarrfs::fs::Fs, path: &str) -> Result<Vec<u8>, zarrfs::fs::FsError> {
+    let attr = fs_resolve(fs, path).await?;
+    let bytes = fs_read(fs, attr.ino).await?;
+    assert_eq!(bytes.len() as u64, attr.size, "size of {path}");
+    Ok(bytes)
+}
+
+/// The listing of a directory (without `.` and `..`).
+pub async fn fs_list(fs: &zarrfs::fs::Fs, ino: u64) -> Result<Vec<zarrfs::fs::DirItem>, zarrfs::fs::FsError> {
+    let fh = fs.opendir(ino).await?;
+    let items = fs.readdir(ino, fh, 0);
+    fs.releasedir(fh);
+    Ok(items?.into_iter().skip(2).collect())
+}
+
+/// Every file the Fs shows (path -> bytes) and every directory, walked with readdir + lookup +
+/// read; listed sizes and kinds are checked against lookup and the bytes read.
+pub async fn fs_walk(fs: &zarrfs::fs::Fs) -> (BTreeMap<String, Vec<u8>>, BTreeSet<String>) {
+    use zarrfs::fs::FileKind;
+    let (mut files, mut dirs) = (BTreeMap::new(), BTreeSet::new());
+    let mut stack = vec![(String::new(), zarrfs::view::inodes::ROOT_INO)];
+    while let Some((dir, ino)) = stack.pop() {
+        let items = fs_list(fs, ino)
+            .await
+            .unwrap_or_else(|e| panic!("listing {dir:?}: {e}"));
+        for item in items {
+            let path = item.path.clone();
+            let attr = fs
+                .lookup(ino, &item.name)
+                .await
+                .unwrap_or_else(|e| panic!("{path} listed but lookup fails: {e}"));
+            assert_eq!(attr.kind, item.kind, "kind of {path}");
+            if let Some(node) = &item.node {
+                assert_eq!(node.size, attr.size, "listed size of {path}");
+            }
+            match attr.kind {
+                FileKind::File => {
+                    let bytes = fs_read(fs, attr.ino)
+                        .await
+                        .unwrap_or_else(|e| panic!("reading {path}: {e}"));
+                    assert_eq!(bytes.len() as u64, attr.size, "bytes read from {path}");
+                    assert!(files.insert(path.clone(), bytes).is_none(), "{path} listed twice");
+                }
+                FileKind::Dir => {
+                    assert!(dirs.insert(path.clone()), "{path} listed twice");
+                    stack.push((path, attr.ino));
+                }
+            }
+        }
+    }
+    (files, dirs)
+}
+
+/// The inode of directory `path`, making the missing directories on the way (`mkdir -p`).
+pub async fn fs_mkdir_p(fs: &zarrfs::fs::Fs, path: &str) -> Result<u64, zarrfs::fs::FsError> {
+    let mut ino = zarrfs::view::inodes::ROOT_INO;
+    for name in path.split('/').filter(|n| !n.is_empty()) {
+        ino = match fs.lookup(ino, name).await {
+            Ok(attr) => attr.ino,
+            Err(e) if e.errno() == libc::ENOENT => match fs.mkdir(ino, name).await {
+                Ok(attr) => attr.ino,
+                // Made meanwhile by a concurrent writer.
+                Err(e) if e.errno() == libc::EEXIST => fs.lookup(ino, name).await?.ino,
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
+    }
+    Ok(ino)
+}
+
+/// Write a whole file: create (truncating), write `data`, flush, release.
+pub async fn fs_write_file(fs: &zarrfs::fs::Fs, path: &str, data: &[u8]) -> Result<(), zarrfs::fs::FsError> {
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    let parent = fs_mkdir_p(fs, dir).await?;
+    let (_, fh) = fs.create(parent, name, true).await?;
+    let written = fs.write(fh, 0, data).await;
+    let flushed = fs.flush(fh).await;
+    fs.release(fh).await;
+    assert_eq!(written? as usize, data.len());
+    flushed
+}
+
+/// The sharding levels of the array whose stored `zarr.json` is `doc`.
+pub fn levels_of(doc: &[u8]) -> Vec<zarrfs::zarr::sharding::ShardLevel> {
+    let meta = match parse_zarr_json(doc).expect("zarr.json parses") {
+        NodeMetadata::Array(a) => a,
+        NodeMetadata::Group { .. } => panic!("not an array"),
+    };
+    match analyse(&meta) {
+        Sharding::Sharded(l) => l.levels,
+        other => panic!("not unshardable: {other:?}"),
+    }
+}
+
+/// Every key of `store` with its bytes.
+pub async fn dump_store(store: &dyn Store) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for key in store.list_prefix("").await.unwrap() {
+        let got = store.get(&key, GetOptions::default()).await.unwrap().unwrap();
+        out.insert(key, got.bytes.to_vec());
+    }
+    out
+}
+
+/// The stored shard holding inner chunk `coords` and the chunk's C-order index at each level
+/// (computed here from the levels, independently of the crate's own locating).
+pub fn per_level_index(levels: &[zarrfs::zarr::sharding::ShardLevel], coords: &[u64]) -> (Coords, Vec<u64>) {
+    let inner = &levels.last().expect("a level").chunk_shape;
+    let origin = mul_each(coords, inner);
+    let shard = div_each(&origin, &levels[0].shard_shape);
+    let path = levels
+        .iter()
+        .map(|l| {
+            let within: Vec<u64> = origin
+                .iter()
+                .zip(&l.shard_shape)
+                .zip(&l.chunk_shape)
+                .map(|((o, s), c)| (o % s) / c)
+                .collect();
+            within
+                .iter()
+                .zip(&l.chunks_per_shard)
+                .fold(0, |acc, (w, n)| acc * n + w)
+        })
+        .collect();
+    (shard, path)
+}
+
+/// Check the stored shards of `built`'s array against `chunks` (every inner chunk the store
+/// must hold, in or out of the grid): a shard is stored exactly when it holds a chunk; each
+/// parses with the levels of the stored `zarr.json` (index location and checksum verified)
+/// and holds exactly its chunks; and it is either as first stored or packed canonically
+/// (chunks back to back in index order, index where the metadata says).
+pub async fn check_shards(store: &dyn Store, built: &Built, chunks: &Chunks) {
+    let doc = store
+        .get(&built.zarr_json_key(), GetOptions::default())
+        .await
+        .unwrap()
+        .expect("zarr.json stored");
+    let levels = levels_of(&doc.bytes);
+    let canonical = built.spec.clone().gap(0).reverse(false);
+    let mut by_shard: BTreeMap<Coords, Chunks> = BTreeMap::new();
+    for (c, b) in chunks {
+        by_shard
+            .entry(built.spec.shard_of(c))
+            .or_default()
+            .insert(c.clone(), b.clone());
+    }
+    for s in all_coords(&built.spec.shard_grid()) {
+        let key = built.shard_key(&s);
+        let stored = store.get(&key, GetOptions::default()).await.unwrap();
+        let Some(want) = by_shard.get(&s) else {
+            assert!(stored.is_none(), "shard {key} holds no chunk but is stored");
+            continue;
+        };
+        let stored = stored.unwrap_or_else(|| panic!("shard {key} missing ({} chunks)", want.len()));
+        let bytes = stored.bytes.to_vec();
+        let content = zarrfs::zarr::shard_pack::unpack(&bytes, &levels)
+            .unwrap_or_else(|e| panic!("shard {key} does not parse: {e}"));
+        assert_eq!(content.count(), want.len() as u64, "chunks in shard {key}");
+        for (c, b) in want {
+            let (shard, path) = per_level_index(&levels, c);
+            assert_eq!(shard, s);
+            let got = content
+                .get(&path)
+                .unwrap_or_else(|| panic!("chunk {c:?} missing from {key}"));
+            assert!(got[..] == b[..], "bytes of chunk {c:?} in shard {key}");
+        }
+        let untouched = built.files.get(&key) == Some(&bytes);
+        assert!(
+            untouched || bytes == canonical.shard_bytes(&s, chunks),
+            "shard {key} is neither as stored nor canonically packed"
+        );
+    }
+}
