@@ -28,6 +28,9 @@ pub struct FileHandle {
     /// The buffered content of a file open for writing, shared by the handles of its path.
     pub writer: Option<Arc<WriteFile>>,
     pub sink: Sink,
+    /// Opened for writing: only such handles commit (a reader of a file being written sees its
+    /// content but never stores it).
+    pub can_write: bool,
 }
 
 impl FileHandle {
@@ -38,16 +41,18 @@ impl FileHandle {
             snapshot: tokio::sync::Mutex::new(None),
             writer: None,
             sink: Sink::Staged,
+            can_write: false,
         }
     }
 
-    pub fn writer(path: Arc<str>, file: Arc<WriteFile>, sink: Sink) -> Self {
+    pub fn writer(path: Arc<str>, file: Arc<WriteFile>, sink: Sink, can_write: bool) -> Self {
         FileHandle {
             path,
             node: None,
             snapshot: tokio::sync::Mutex::new(None),
             writer: Some(file),
             sink,
+            can_write,
         }
     }
 }

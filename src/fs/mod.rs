@@ -204,10 +204,11 @@ impl Fs {
             .and_then(|ns| u64::try_from(ns).ok())
             .map(|ns| UNIX_EPOCH + Duration::from_nanos(ns))
             .unwrap_or(self.mounted_at);
+        let w = if self.config.writable { 0o200 } else { 0 };
         let (kind, perm, nlink) = if node.is_dir() {
-            (FileKind::Dir, 0o555, 2)
+            (FileKind::Dir, 0o555 | w, 2)
         } else {
-            (FileKind::File, 0o444, 1)
+            (FileKind::File, 0o444 | w, 1)
         };
         Attr {
             ino,
@@ -266,8 +267,15 @@ impl Fs {
     /// Open a file; `write` for any access mode that can write, `truncate` for O_TRUNC.
     pub async fn open(&self, ino: u64, write: bool, truncate: bool) -> FsResult<u64> {
         let path = self.path_of(ino)?;
-        if write || self.overlay_get(&path).is_some() {
-            return self.open_write(path, truncate && write).await;
+        if write {
+            return self.open_write(path, truncate, true).await;
+        }
+        // A file being written is read as written so far; metadata being written is read as
+        // stored (a refused document never reaches readers).
+        if let Some((_, sink)) = self.overlay_get(&path) {
+            if !matches!(sink, Sink::Commit(crate::view::Target::Metadata(_))) {
+                return self.open_write(path, false, false).await;
+            }
         }
         let node = self.node(&path).await?;
         if node.is_dir() {

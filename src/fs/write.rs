@@ -84,7 +84,10 @@ impl Fs {
 
     /// Attributes of a file in the overlay (being written, or staged).
     pub(super) async fn overlay_attr(&self, ino: u64, path: &str) -> Option<Attr> {
-        let (file, _) = self.overlay_get(path)?;
+        // Metadata being written is shown as stored until it is accepted (sizes included).
+        let (file, _) = self
+            .overlay_get(path)
+            .filter(|(_, s)| !matches!(s, Sink::Commit(Target::Metadata(_))))?;
         let state = file.state.lock().await;
         let size = if state.loaded {
             state.data.len()
@@ -120,14 +123,16 @@ impl Fs {
         self.overlay_open(&path, file.clone(), sink.clone());
         let ino = self.inodes.lookup(&path);
         let path: Arc<str> = Arc::from(path.as_str());
-        let fh = self.files.insert(FileHandle::writer(path.clone(), file, sink));
+        let fh = self.files.insert(FileHandle::writer(path.clone(), file, sink, true));
         let attr = self.overlay_attr(ino, &path).await.ok_or(FsError::NotFound)?;
         Ok((attr, fh))
     }
 
     /// Open an existing file for writing (`truncate`: O_TRUNC).
-    pub(super) async fn open_write(&self, path: Arc<str>, truncate: bool) -> FsResult<u64> {
-        self.check_writable()?;
+    pub(super) async fn open_write(&self, path: Arc<str>, truncate: bool, can_write: bool) -> FsResult<u64> {
+        if can_write {
+            self.check_writable()?;
+        }
         let (file, sink) = match self.overlay_get(&path) {
             Some(found) => found,
             None => {
@@ -145,7 +150,7 @@ impl Fs {
             file.state.lock().await.truncate()?;
         }
         self.overlay_open(&path, file.clone(), sink.clone());
-        Ok(self.files.insert(FileHandle::writer(path, file, sink)))
+        Ok(self.files.insert(FileHandle::writer(path, file, sink, can_write)))
     }
 
     /// Load the current content of a file opened for writing, the first time it is needed.
@@ -168,7 +173,7 @@ impl Fs {
     }
 
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
-        let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
+        let handle = self.files.get(fh).filter(|h| h.can_write).ok_or(FsError::BadHandle)?;
         let file = handle.writer.as_ref().ok_or(FsError::BadHandle)?;
         let mut state = self.load(file).await?;
         let end = offset.checked_add(data.len() as u64).ok_or(FsError::FileTooLarge)?;
@@ -183,7 +188,7 @@ impl Fs {
     /// Commit a handle's file if it changed (close, fsync).
     pub async fn flush(&self, fh: u64) -> FsResult<()> {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
-        let (Some(file), Sink::Commit(target)) = (&handle.writer, &handle.sink) else {
+        let (Some(file), Sink::Commit(target), true) = (&handle.writer, &handle.sink, handle.can_write) else {
             return Ok(());
         };
         let mut state = file.state.lock().await;
@@ -277,7 +282,7 @@ impl Fs {
                 return self.getattr(ino).await;
             }
             None => {
-                let fh = self.open_write(path.clone(), false).await?;
+                let fh = self.open_write(path.clone(), false, true).await?;
                 let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
                 self.resize(&handle, size).await?;
                 let result = self.flush(fh).await;
@@ -342,8 +347,14 @@ impl Fs {
         }
     }
 
-    /// Move a file. Staged files and chunk files may move onto any key of their array (and
-    /// staged files anywhere a file can be written); everything else is EXDEV.
+    /// Move a file. What moves is decided by where it comes from and where it goes:
+    /// - a staged file (a temporary name inside a sharded array) goes anywhere a file can be
+    ///   written: onto a chunk key it is committed there (or, in write-back mode, left pending);
+    /// - a chunk file moves onto another chunk key of the *same* array, or to a staged name of
+    ///   it (its bytes are encoded for that array only);
+    /// - a stored file moves by the store's rename, or onto a chunk key / `zarr.json`, where it
+    ///   is committed like a write;
+    /// - anything else (directories, chunks between arrays, metadata) is EXDEV.
     pub async fn rename(
         &self,
         parent: u64,
@@ -363,64 +374,90 @@ impl Fs {
         if no_replace && (self.overlay_get(&to).is_some() || self.view.lookup(&to).await?.is_some()) {
             return Err(FsError::Exists);
         }
-        let staged = matches!(self.overlay_get(&from), Some((_, Sink::Staged)));
-        let source = if staged { None } else { Some(self.node(&from).await?) };
-        let data = match &source {
-            None => {
-                let (file, _) = self.overlay_get(&from).ok_or(FsError::NotFound)?;
-                let data = self.load(&file).await?.data.to_bytes()?;
-                data
-            }
-            Some(node) if matches!(node.source, Source::Chunk { .. }) => self.view.read(node, 0, u64::MAX).await?,
-            Some(node) if node.is_dir() => return Err(FsError::CrossDevice),
-            Some(_) => return Err(FsError::CrossDevice),
-        };
         let sink = self.sink_for(&to).await?;
-        if staged && self.defers(&sink) {
-            if let Some(file) = self.overlay_remove(&from) {
+        match self.overlay_get(&from) {
+            Some((file, Sink::Staged)) => self.move_staged(&from, &to, file, sink).await?,
+            _ => self.move_node(&from, &to, sink).await?,
+        }
+        self.inodes.rename(&from, &to);
+        Ok(())
+    }
+
+    /// Move a staged file onto `to`.
+    async fn move_staged(&self, from: &str, to: &str, file: Arc<WriteFile>, sink: Sink) -> FsResult<()> {
+        if matches!(sink, Sink::Staged) || self.defers(&sink) {
+            self.overlay_remove(from);
+            let deferred = self.defers(&sink);
+            if deferred {
                 file.state.lock().await.touch();
+            }
+            let entry = super::OverlayEntry {
+                file,
+                sink,
+                handles: 0,
+                pending: None,
+            };
+            self.overlay
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(to.to_string(), entry);
+            if deferred {
+                self.defer(to);
+            }
+            return Ok(());
+        }
+        let Sink::Commit(target) = sink else {
+            return Err(FsError::CrossDevice);
+        };
+        let data = self.load(&file).await?.data.to_bytes()?;
+        self.commit(&target, data).await?;
+        self.overlay_remove(from);
+        Ok(())
+    }
+
+    /// Move a stored file or a chunk file onto `to`.
+    async fn move_node(&self, from: &str, to: &str, sink: Sink) -> FsResult<()> {
+        let node = self.node(from).await?;
+        match (&node.source, &sink) {
+            (Source::Chunk { array, .. }, Sink::Commit(target @ Target::Chunk { array: dest, .. }))
+                if Arc::ptr_eq(array, dest) =>
+            {
+                let data = self.view.read(&node, 0, u64::MAX).await?;
+                self.commit(target, data).await?;
+                self.remove_node(from, &node).await
+            }
+            (Source::Chunk { array, .. }, Sink::Staged)
+                if self
+                    .view
+                    .sharded_array_of(to)
+                    .await?
+                    .is_some_and(|dest| Arc::ptr_eq(array, &dest)) =>
+            {
+                let data = self.view.read(&node, 0, u64::MAX).await?;
+                let file = Arc::new(WriteFile::new_empty(self.budget.clone()));
+                file.state.lock().await.data.replace(&data)?;
                 let entry = super::OverlayEntry {
                     file,
-                    sink,
+                    sink: Sink::Staged,
                     handles: 0,
                     pending: None,
                 };
                 self.overlay
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(to.clone(), entry);
-                self.defer(&to);
+                    .insert(to.to_string(), entry);
+                self.remove_node(from, &node).await
             }
-            self.inodes.rename(&from, &to);
-            return Ok(());
-        }
-        match sink {
-            Sink::Commit(target @ Target::Chunk { .. }) => self.commit(&target, data).await?,
-            Sink::Commit(target) if staged => self.commit(&target, data).await?,
-            Sink::Staged if staged => {
-                if let Some(file) = self.overlay_remove(&from) {
-                    let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
-                    let entry = super::OverlayEntry {
-                        file,
-                        sink: Sink::Staged,
-                        handles: 0,
-                        pending: None,
-                    };
-                    overlay.insert(to.clone(), entry);
-                }
-                self.inodes.rename(&from, &to);
-                return Ok(());
+            (Source::Stored { key }, Sink::Commit(Target::Stored { key: dest })) => {
+                Ok(self.view.store().rename(key, dest).await?)
             }
-            _ => return Err(FsError::CrossDevice),
-        }
-        match source {
-            None => {
-                self.overlay_remove(&from);
+            (Source::Stored { key }, Sink::Commit(target @ (Target::Chunk { .. } | Target::Metadata(_)))) => {
+                let data = self.view.read(&node, 0, u64::MAX).await?;
+                self.commit(target, data).await?;
+                Ok(self.view.store().erase(key).await?)
             }
-            Some(node) => self.remove_node(&from, &node).await?,
+            _ => Err(FsError::CrossDevice),
         }
-        self.inodes.rename(&from, &to);
-        Ok(())
     }
 
     /// Make a directory: chunk directories are implicit (nothing is stored for them).
@@ -428,14 +465,15 @@ impl Fs {
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
-        if self.view.lookup(&path).await?.is_some() {
-            return Err(FsError::Exists);
-        }
         if self.view.is_chunk_dir(&path).await? {
+            // Implicit: it "exists" as soon as a shard covers it, which a client that just saw
+            // it missing cannot know, so making it always succeeds.
             self.made_dirs
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(path.clone());
+        } else if self.view.lookup(&path).await?.is_some() {
+            return Err(FsError::Exists);
         } else {
             self.view.store().create_dir(&dir_prefix(&path)).await?;
         }
@@ -457,7 +495,11 @@ impl Fs {
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
-        let node = self.node(&path).await?;
+        let node = match self.node(&path).await {
+            // A chunk directory whose last chunk went is gone already: nothing to remove.
+            Err(FsError::NotFound) if self.view.is_chunk_dir(&path).await? => return Ok(()),
+            other => other?,
+        };
         if !node.is_dir() {
             return Err(FsError::NotADirectory);
         }

@@ -94,6 +94,22 @@ impl ShardedArray {
         Ok(())
     }
 
+    /// Remove the directories of an erased shard that are left empty, up to (not including)
+    /// the array's directory, as object stores would have them vanish. Stops at the first one
+    /// that is not empty.
+    async fn prune_dirs(&self, shard_key: &str) {
+        let mut dir = shard_key;
+        while let Some((parent, _)) = dir.rsplit_once('/') {
+            if parent.len() < self.prefix.len() {
+                break;
+            }
+            if self.store.remove_dir(&format!("{parent}/")).await.is_err() {
+                break;
+            }
+            dir = parent;
+        }
+    }
+
     /// The key of the stored shard holding the inner chunk at `coords`.
     pub fn shard_key_of(&self, coords: &[u64]) -> Option<String> {
         let loc = self.layout.locate(coords).filter(|_| self.in_grid(coords))?;
@@ -151,6 +167,7 @@ impl ShardedArray {
                     .map_err(|e| ShardError::from_zarr(shard_key, e))?;
             }
             let packed = pack(&content, levels).map_err(|e| ShardError::from_zarr(shard_key, e))?;
+            let packed_empty = packed.is_none();
             let written = match packed {
                 Some(bytes) => self
                     .store
@@ -162,6 +179,10 @@ impl ShardedArray {
             };
             self.forget_shard(shard_key);
             match written {
+                Ok(()) if packed_empty => {
+                    self.prune_dirs(shard_key).await;
+                    return Ok(());
+                }
                 Ok(()) => return Ok(()),
                 Err(StoreError::Conflict { .. }) => {
                     tracing::debug!(shard_key, attempt, "shard changed during commit; re-reading");

@@ -1,11 +1,13 @@
 //! Listing the chunk tree of a sharded array.
 //!
-//! With `/` separators the chunk keys form directories. A directory of chunk *prefixes* is
-//! listed from shard existence alone (one `list_dir` of the matching shard directory): each
-//! existing shard coordinate `s` contributes the inner coordinates `s*k .. (s+1)*k` (clipped to
-//! the grid). The last directory level holds chunk files and is exact: every candidate inner
-//! chunk is located through the (cached) shard indexes. With `.` separators every chunk file
-//! sits in the array directory itself, listed shard by shard.
+//! With `/` separators the chunk keys form directories. Every level is exact: a directory
+//! exists, and is listed, exactly when some present inner chunk lies below it. Its shards are
+//! found by walking the shard directories under the matching shard prefix, and each candidate
+//! inner chunk is located through the (cached) shard indexes. (Listing prefix directories
+//! from shard existence alone would be cheaper, but then a directory could "exist" while
+//! holding nothing, which breaks clients that create a directory they believe missing.)
+//! With `.` separators every chunk file sits in the array directory itself, listed shard by
+//! shard.
 
 use super::{ChunkLocation, ShardError, ShardedArray};
 use crate::store::{DirEntry, EntryKind};
@@ -83,16 +85,69 @@ impl ShardedArray {
         start..s.saturating_add(1).saturating_mul(k).min(self.inner_grid[dim])
     }
 
-    /// Whether the chunk directory with these leading coordinates exists (`/` separators).
+    /// Whether the chunk directory with these leading coordinates exists (`/` separators):
+    /// exactly when some present inner chunk has them as leading coordinates.
     pub async fn dir_exists(&self, prefix: &[u64]) -> Result<bool, ShardError> {
         if !self.slash() || !self.prefix_in_grid(prefix) {
             return Ok(false);
         }
-        let entries = self
-            .store
-            .list_dir(&self.shard_dir(&self.shard_prefix_of(prefix)))
-            .await?;
-        Ok(!entries.is_empty())
+        for shard in self.shards_under(&self.shard_prefix_of(prefix)).await? {
+            for coords in self.slice_of_shard(&shard, prefix) {
+                match self.locate(&coords).await {
+                    Ok(Some(_)) => return Ok(true),
+                    Ok(None) => {}
+                    // Unreadable: it may hold chunks; shown, and its reads fail with EIO.
+                    Err(ShardError::Corrupt { .. }) => return Ok(true),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Coordinates of the stored shards whose leading coordinates are `shard_prefix` (a walk of
+    /// the shard directories below it; `/` separators).
+    async fn shards_under(&self, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>, ShardError> {
+        let mut found = Vec::new();
+        let mut pending = vec![shard_prefix.to_vec()];
+        while let Some(prefix) = pending.pop() {
+            let leaf = prefix.len() + 1 == self.ndim();
+            for entry in self.store.list_dir(&self.shard_dir(&prefix)).await? {
+                let is_file = matches!(entry.kind, EntryKind::File { .. });
+                let Some(c) = parse_coord(&entry.name).filter(|_| is_file == leaf) else {
+                    continue;
+                };
+                let mut coords = prefix.clone();
+                coords.push(c);
+                if leaf {
+                    found.push(coords);
+                } else {
+                    pending.push(coords);
+                }
+            }
+        }
+        found.sort_unstable();
+        Ok(found)
+    }
+
+    /// The inner chunks of a shard whose leading coordinates are `prefix`, in C order.
+    fn slice_of_shard(&self, shard: &[u64], prefix: &[u64]) -> Vec<Vec<u64>> {
+        let (mut lo, mut hi) = (Vec::with_capacity(self.ndim()), Vec::with_capacity(self.ndim()));
+        for d in 0..self.ndim() {
+            let covered = self.covered(d, shard[d]);
+            match prefix.get(d) {
+                Some(&p) if covered.contains(&p) => {
+                    lo.push(p);
+                    hi.push(p + 1);
+                }
+                Some(_) => return Vec::new(),
+                None => {
+                    lo.push(covered.start);
+                    hi.push(covered.end);
+                }
+            }
+        }
+        box_coords(&lo, &hi)
     }
 
     /// Chunk-tree entries of the array directory itself.
@@ -107,38 +162,42 @@ impl ShardedArray {
         }
     }
 
-    /// Entries of the chunk directory with leading coordinates `prefix` (`/` separators).
+    /// Entries of the chunk directory with leading coordinates `prefix` (`/` separators): the
+    /// next coordinates of the present inner chunks below it, as files at the last level and
+    /// as directories above. Exact at every level, read from the (cached) shard indexes.
     pub async fn list_chunk_dir(&self, prefix: &[u64]) -> Result<Vec<DirEntry>, ShardError> {
         if !self.slash() || !self.prefix_in_grid(prefix) {
             return Ok(Vec::new());
         }
         let dim = prefix.len();
         let leaf = dim + 1 == self.ndim();
-        let listed = self
-            .store
-            .list_dir(&self.shard_dir(&self.shard_prefix_of(prefix)))
-            .await?;
-        let mut shard_coords: Vec<u64> = listed
-            .iter()
-            .filter(|e| matches!(e.kind, EntryKind::File { .. }) == leaf)
-            .filter_map(|e| parse_coord(&e.name))
-            .collect();
-        shard_coords.sort_unstable();
-        let mut out = Vec::new();
-        for s in shard_coords {
-            for i in self.covered(dim, s) {
-                if !leaf {
-                    out.push(DirEntry::dir(i.to_string()));
+        let mut children = std::collections::BTreeMap::new();
+        for shard in self.shards_under(&self.shard_prefix_of(prefix)).await? {
+            for coords in self.slice_of_shard(&shard, prefix) {
+                if !leaf && children.contains_key(&coords[dim]) {
                     continue;
                 }
-                let mut coords = prefix.to_vec();
-                coords.push(i);
-                if let Some(loc) = self.locate(&coords).await? {
-                    out.push(file(i.to_string(), loc.nbytes, loc.mtime_ns));
+                match self.locate(&coords).await {
+                    Ok(Some(loc)) => {
+                        children.insert(coords[dim], Some(loc));
+                    }
+                    Ok(None) => {}
+                    // An unreadable shard above the last level: its directories are shown (their
+                    // files then fail with EIO); at the last level the listing fails, naming it.
+                    Err(ShardError::Corrupt { .. }) if !leaf => {
+                        children.insert(coords[dim], None);
+                    }
+                    Err(e) => return Err(e),
                 }
             }
         }
-        Ok(out)
+        Ok(children
+            .into_iter()
+            .map(|(i, loc)| match loc.filter(|_| leaf) {
+                Some(loc) => file(i.to_string(), loc.nbytes, loc.mtime_ns),
+                None => DirEntry::dir(i.to_string()),
+            })
+            .collect())
     }
 
     /// Every chunk file of an array whose chunk keys have no directories.

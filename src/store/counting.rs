@@ -127,6 +127,31 @@ impl Store for CountingStore {
         self.inner.conditional_writes()
     }
 
+    async fn set_partial_values(&self, values: &[(String, u64, Bytes)]) -> StoreResult<()> {
+        self.counters.set.fetch_add(values.len() as u64, Relaxed);
+        let bytes: usize = values.iter().map(|(_, _, b)| b.len()).sum();
+        self.counters.set_bytes.fetch_add(bytes as u64, Relaxed);
+        self.inner.set_partial_values(values).await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
+        self.counters.set.fetch_add(1, Relaxed);
+        self.inner.rename(from, to).await
+    }
+
+    async fn create_dir(&self, prefix: &str) -> StoreResult<()> {
+        self.inner.create_dir(prefix).await
+    }
+
+    async fn remove_dir(&self, prefix: &str) -> StoreResult<()> {
+        self.inner.remove_dir(prefix).await
+    }
+
+    async fn dir_exists(&self, prefix: &str) -> StoreResult<bool> {
+        self.counters.head.fetch_add(1, Relaxed);
+        self.inner.dir_exists(prefix).await
+    }
+
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
         self.counters.list.fetch_add(1, Relaxed);
         self.inner.list_prefix(prefix).await

@@ -859,6 +859,20 @@ impl Store for LocalStore {
         blocking(move || list_dir_blocking(&dir, &prefix)).await
     }
 
+    async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        let (from_path, to_path) = (self.path(from)?, self.path(to)?);
+        blocking(|| {
+            if let Some(parent) = to_path.parent() {
+                fs::create_dir_all(parent).map_err(|e| StoreError::io(to, e))?;
+            }
+            fs::rename(&from_path, &to_path).map_err(|e| StoreError::io(from, e))
+        })
+        .await
+    }
+
     async fn create_dir(&self, prefix: &str) -> StoreResult<()> {
         if !self.writable {
             return Err(StoreError::ReadOnly);

@@ -130,6 +130,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Move a value to another key (replacing what is there). By default a copy and an erase;
+    /// the local store renames.
+    async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
+        let Some(got) = self.get(from, GetOptions::default()).await? else {
+            return Err(StoreError::io(from, std::io::Error::from(std::io::ErrorKind::NotFound)));
+        };
+        self.set(to, got.bytes).await?;
+        self.erase(from).await
+    }
+
     /// Whether a directory prefix exists. Object stores have no empty directories, so by
     /// default a prefix exists when something is under it; the local store also knows empty ones.
     async fn dir_exists(&self, prefix: &str) -> StoreResult<bool> {

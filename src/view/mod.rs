@@ -241,7 +241,15 @@ impl View {
     /// Whether `path` lies inside a sharded array's directory (where names that are not chunk
     /// keys or `zarr.json` are staged, not stored).
     pub async fn inside_sharded(&self, path: &str) -> Result<bool, ViewError> {
-        Ok(self.sharded_at_or_above(split_parent(path).0).await?.is_some())
+        Ok(self.sharded_array_of(path).await?.is_some())
+    }
+
+    /// The sharded array whose directory holds `path`, if any.
+    pub async fn sharded_array_of(&self, path: &str) -> Result<Option<Arc<ShardedArray>>, ViewError> {
+        Ok(self
+            .sharded_at_or_above(split_parent(path).0)
+            .await?
+            .map(|node| node.array.clone()))
     }
 
     /// What a file written at `path` becomes.
