@@ -391,12 +391,39 @@ async fn leaf_listing_costs_one_list_dir_and_one_get_per_uncached_shard() {
     s.array.read_chunk(&[3, 0], 0, u64::MAX).await.unwrap().unwrap();
     assert_eq!(s.counting.counts().get, 1);
 
-    // Prefix directories come from shard existence only: no index reads.
+    // Prefix directories are exact: read from the indexes of the shards below, stopping at the
+    // first chunk found for each row (here the first shard of each shard row), then cached.
     let s = setup(&built, sticky());
     assert_eq!(s.array.list_chunk_dir(&[]).await.unwrap().len(), 4);
+    assert_eq!(s.counting.counts().get, 2, "one index per shard row");
+    s.counting.reset();
     assert_eq!(s.array.list_array_dir().await.unwrap().len(), 1);
-    assert_eq!(s.counting.counts().get, 0);
-    assert!(s.counting.counts().list_dir <= 2);
+    assert_eq!(s.counting.counts().get, 0, "indexes are cached");
+}
+
+#[tokio::test]
+async fn a_prefix_directory_exists_only_with_a_chunk_below_it() {
+    // Inner grid [4, 6]; each shard holds inner rows 2s and 2s+1. Only row 0 has chunks, so
+    // row 1 shares the shards of row 0 but must not exist (a client creating it must not
+    // find it "already there").
+    let spec = ArraySpec::new(&[8, 12], &[4, 4], &[2, 2]);
+    let mut chunks = spec.full_chunks(3, 1, 5);
+    chunks.retain(|c, _| c[0] == 0);
+    let built = spec.build("", &chunks);
+    let s = setup(&built, sticky());
+    assert!(s.array.dir_exists(&[0]).await.unwrap());
+    assert!(!s.array.dir_exists(&[1]).await.unwrap());
+    assert!(!s.array.dir_exists(&[2]).await.unwrap());
+    let names: Vec<String> = s
+        .array
+        .list_chunk_dir(&[])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec!["0".to_string()]);
+    assert!(s.array.list_chunk_dir(&[1]).await.unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -27,7 +27,6 @@ pub struct FileHandle {
     pub snapshot: tokio::sync::Mutex<Option<Bytes>>,
     /// The buffered content of a file open for writing, shared by the handles of its path.
     pub writer: Option<Arc<WriteFile>>,
-    pub sink: Sink,
     /// Opened for writing: only such handles commit (a reader of a file being written sees its
     /// content but never stores it).
     pub can_write: bool,
@@ -40,18 +39,16 @@ impl FileHandle {
             node: Some(node),
             snapshot: tokio::sync::Mutex::new(None),
             writer: None,
-            sink: Sink::Staged,
             can_write: false,
         }
     }
 
-    pub fn writer(path: Arc<str>, file: Arc<WriteFile>, sink: Sink, can_write: bool) -> Self {
+    pub fn writer(path: Arc<str>, file: Arc<WriteFile>, can_write: bool) -> Self {
         FileHandle {
             path,
             node: None,
             snapshot: tokio::sync::Mutex::new(None),
             writer: Some(file),
-            sink,
             can_write,
         }
     }
@@ -66,10 +63,13 @@ pub enum Sink {
     Staged,
 }
 
-/// A file being written: its content in memory until committed.
+/// A file being written: its content in memory until committed, and where it is now. A
+/// rename moves the place, an unlink clears it (the content is then discarded at close), so
+/// every handle of the file commits to wherever the file is, not where it was opened.
 #[derive(Debug)]
 pub struct WriteFile {
     pub state: tokio::sync::Mutex<WriteState>,
+    place: std::sync::Mutex<Option<(String, Sink)>>,
 }
 
 #[derive(Debug)]
@@ -119,7 +119,17 @@ impl WriteFile {
     fn with(state: WriteState) -> Self {
         WriteFile {
             state: tokio::sync::Mutex::new(state),
+            place: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The path and destination of the file now; `None` once it has been unlinked.
+    pub fn place(&self) -> Option<(String, Sink)> {
+        self.place.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_place(&self, place: Option<(String, Sink)>) {
+        *self.place.lock().unwrap_or_else(|e| e.into_inner()) = place;
     }
 }
 

@@ -241,7 +241,7 @@ impl Fs {
         if let Some(node) = self.view.lookup(path).await? {
             return Ok(node);
         }
-        if self.made_dirs.lock().unwrap_or_else(|e| e.into_inner()).contains(path) {
+        if self.unstored_dir(path) {
             return Ok(Node {
                 size: 0,
                 mtime_ns: None,
@@ -330,7 +330,11 @@ impl Fs {
         {
             let overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
             let made = self.made_dirs.lock().unwrap_or_else(|e| e.into_inner());
-            let files = overlay.iter().map(|(p, e)| (p, Some(e.file.clone())));
+            // Metadata being written is listed as stored until accepted (as getattr shows it).
+            let files = overlay
+                .iter()
+                .filter(|(_, e)| !matches!(e.sink, Sink::Commit(crate::view::Target::Metadata(_))))
+                .map(|(p, e)| (p, Some(e.file.clone())));
             for (path, file) in files.chain(made.iter().map(|p| (p, None))) {
                 let Some(rest) = path.strip_prefix(&prefix) else {
                     continue;
@@ -342,8 +346,12 @@ impl Fs {
             }
         }
         for (name, file) in extra {
-            if name.is_empty() || entries.iter().any(|(n, _)| *n == name) {
+            let listed = entries.iter().position(|(n, _)| *n == name);
+            if name.is_empty() || (listed.is_some() && file.is_none()) {
                 continue;
+            }
+            if let Some(i) = listed {
+                entries.remove(i); // the overlay's content supersedes the stored one
             }
             let node = match file {
                 Some(file) => {

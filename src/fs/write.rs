@@ -38,7 +38,11 @@ impl Fs {
     async fn sink_for(&self, path: &str) -> FsResult<Sink> {
         Ok(match self.view.target(path).await? {
             Target::Refused(_) => Sink::Staged,
-            Target::Stored { .. } if self.view.inside_sharded(path).await? => Sink::Staged,
+            Target::Stored { .. }
+                if self.view.inside_sharded(path).await? && self.view.lookup(path).await?.is_none() =>
+            {
+                Sink::Staged
+            }
             target => Sink::Commit(target),
         })
     }
@@ -61,12 +65,14 @@ impl Fs {
             pending: None,
         });
         entry.handles += 1;
+        entry.file.set_place(Some((path.to_string(), entry.sink.clone())));
     }
 
-    /// A handle of `path` is gone; committed files leave the overlay with their last handle.
-    fn overlay_close(&self, path: &str) {
+    /// A handle of `file` at `path` is gone; committed files leave the overlay with their last
+    /// handle.
+    fn overlay_close(&self, path: &str, file: &Arc<WriteFile>) {
         let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = overlay.get_mut(path) {
+        if let Some(entry) = overlay.get_mut(path).filter(|e| Arc::ptr_eq(&e.file, file)) {
             entry.handles = entry.handles.saturating_sub(1);
             if entry.handles == 0 && !matches!(entry.sink, Sink::Staged) && entry.pending.is_none() {
                 overlay.remove(path);
@@ -75,11 +81,29 @@ impl Fs {
     }
 
     fn overlay_remove(&self, path: &str) -> Option<Arc<WriteFile>> {
+        self.overlay_take(path).map(|e| e.file)
+    }
+
+    fn overlay_take(&self, path: &str) -> Option<super::OverlayEntry> {
+        self.overlay.lock().unwrap_or_else(|e| e.into_inner()).remove(path)
+    }
+
+    /// Put an entry at `path`, the file's place following it.
+    fn overlay_put(&self, path: &str, entry: super::OverlayEntry) {
+        entry.file.set_place(Some((path.to_string(), entry.sink.clone())));
         self.overlay
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(path)
-            .map(|e| e.file)
+            .insert(path.to_string(), entry);
+    }
+
+    /// Whether `path` is a directory only the overlay knows of: made by mkdir, or above a file
+    /// being written, staged or pending.
+    pub(super) fn unstored_dir(&self, path: &str) -> bool {
+        let below = format!("{path}/");
+        let overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
+        let made = self.made_dirs.lock().unwrap_or_else(|e| e.into_inner());
+        made.contains(path) || made.iter().chain(overlay.keys()).any(|p| p.starts_with(&below))
     }
 
     /// Attributes of a file in the overlay (being written, or staged).
@@ -111,7 +135,7 @@ impl Fs {
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
-        if self.overlay_get(&path).is_none() && !truncate_existing && self.view.lookup(&path).await?.is_some() {
+        if !truncate_existing && (self.overlay_get(&path).is_some() || self.view.lookup(&path).await?.is_some()) {
             return Err(FsError::Exists);
         }
         let sink = self.sink_for(&path).await?;
@@ -123,7 +147,7 @@ impl Fs {
         self.overlay_open(&path, file.clone(), sink.clone());
         let ino = self.inodes.lookup(&path);
         let path: Arc<str> = Arc::from(path.as_str());
-        let fh = self.files.insert(FileHandle::writer(path.clone(), file, sink, true));
+        let fh = self.files.insert(FileHandle::writer(path.clone(), file, true));
         let attr = self.overlay_attr(ino, &path).await.ok_or(FsError::NotFound)?;
         Ok((attr, fh))
     }
@@ -150,7 +174,7 @@ impl Fs {
             file.state.lock().await.truncate()?;
         }
         self.overlay_open(&path, file.clone(), sink.clone());
-        Ok(self.files.insert(FileHandle::writer(path, file, sink, can_write)))
+        Ok(self.files.insert(FileHandle::writer(path, file, can_write)))
     }
 
     /// Load the current content of a file opened for writing, the first time it is needed.
@@ -188,16 +212,21 @@ impl Fs {
     /// Commit a handle's file if it changed (close, fsync).
     pub async fn flush(&self, fh: u64) -> FsResult<()> {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
-        let (Some(file), Sink::Commit(target), true) = (&handle.writer, &handle.sink, handle.can_write) else {
+        let (Some(file), true) = (&handle.writer, handle.can_write) else {
             return Ok(());
         };
+        // Wherever the file is now; an unlinked file has nowhere to go.
+        let Some((path, sink)) = file.place() else {
+            return Ok(());
+        };
+        let Sink::Commit(target) = &sink else { return Ok(()) };
         let mut state = file.state.lock().await;
         if !state.dirty {
             return Ok(());
         }
-        if self.defers(&handle.sink) {
+        if self.defers(&sink) {
             drop(state);
-            self.defer(&handle.path);
+            self.defer(&path);
             return Ok(());
         }
         let data = state.data.to_bytes()?;
@@ -220,10 +249,11 @@ impl Fs {
         if let Err(e) = self.flush(fh).await {
             self.fail("release", 0, &e);
         }
-        if let Some(handle) = self.files.remove(fh) {
-            if handle.writer.is_some() {
-                self.overlay_close(&handle.path);
-            }
+        let Some(file) = self.files.remove(fh).and_then(|h| h.writer.clone()) else {
+            return;
+        };
+        if let Some((path, _)) = file.place() {
+            self.overlay_close(&path, &file);
         }
     }
 
@@ -308,22 +338,20 @@ impl Fs {
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
-        match self.overlay_get(&path) {
-            Some((_, Sink::Staged)) => {
-                self.overlay_remove(&path);
+        if let Some(entry) = self.overlay_take(&path) {
+            // Staged, being written or pending: its bytes go nowhere now (open handles keep
+            // writing into a file that no longer has a place); a stored version is removed too.
+            entry.file.set_place(None);
+            if entry.pending.is_some() {
+                self.undefer(&entry.sink);
+            }
+            if matches!(entry.sink, Sink::Staged) {
                 return Ok(());
             }
-            Some((_, sink)) => {
-                // Not yet committed (write-back) or being written: drop the pending bytes; the
-                // stored chunk, if any, is removed below.
-                self.overlay_remove(&path);
-                self.undefer(&sink);
-                let Some(node) = self.view.lookup(&path).await? else {
-                    return Ok(());
-                };
-                return self.remove_node(&path, &node).await;
-            }
-            None => {}
+            let Some(node) = self.view.lookup(&path).await? else {
+                return Ok(());
+            };
+            return self.remove_node(&path, &node).await;
         }
         let node = self.node(&path).await?;
         self.remove_node(&path, &node).await
@@ -375,9 +403,21 @@ impl Fs {
             return Err(FsError::Exists);
         }
         let sink = self.sink_for(&to).await?;
+        if self.overlay_get(&from).is_none() && self.view.lookup(&from).await?.is_none() {
+            return Err(FsError::NotFound);
+        }
+        // The file at `to`, if in the overlay, is replaced: like an unlink, its open handles
+        // keep a file that no longer has a place.
+        if let Some(replaced) = self.overlay_take(&to) {
+            replaced.file.set_place(None);
+            if replaced.pending.is_some() {
+                self.undefer(&replaced.sink);
+            }
+        }
         match self.overlay_get(&from) {
             Some((file, Sink::Staged)) => self.move_staged(&from, &to, file, sink).await?,
-            _ => self.move_node(&from, &to, sink).await?,
+            Some((_, from_sink)) => self.move_open(&from, &to, from_sink, sink).await?,
+            None => self.move_node(&from, &to, sink).await?,
         }
         self.inodes.rename(&from, &to);
         Ok(())
@@ -386,21 +426,15 @@ impl Fs {
     /// Move a staged file onto `to`.
     async fn move_staged(&self, from: &str, to: &str, file: Arc<WriteFile>, sink: Sink) -> FsResult<()> {
         if matches!(sink, Sink::Staged) || self.defers(&sink) {
-            self.overlay_remove(from);
+            let Some(mut entry) = self.overlay_take(from) else {
+                return Err(FsError::NotFound);
+            };
             let deferred = self.defers(&sink);
             if deferred {
                 file.state.lock().await.touch();
             }
-            let entry = super::OverlayEntry {
-                file,
-                sink,
-                handles: 0,
-                pending: None,
-            };
-            self.overlay
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(to.to_string(), entry);
+            entry.sink = sink;
+            self.overlay_put(to, entry);
             if deferred {
                 self.defer(to);
             }
@@ -412,6 +446,56 @@ impl Fs {
         let data = self.load(&file).await?.data.to_bytes()?;
         self.commit(&target, data).await?;
         self.overlay_remove(from);
+        Ok(())
+    }
+
+    /// Move a file that is being written, or pending write-back: its content goes to `to`
+    /// (a chunk key of the same array, or a stored file onto a stored file), the old name's
+    /// stored version is removed, and open handles follow it there.
+    async fn move_open(&self, from: &str, to: &str, from_sink: Sink, sink: Sink) -> FsResult<()> {
+        let allowed = match (&from_sink, &sink) {
+            (Sink::Commit(Target::Chunk { array: a, .. }), Sink::Commit(Target::Chunk { array: b, .. })) => {
+                Arc::ptr_eq(a, b)
+            }
+            (Sink::Commit(Target::Stored { .. }), Sink::Commit(Target::Stored { .. })) => true,
+            _ => false,
+        };
+        if !allowed {
+            return Err(FsError::CrossDevice);
+        }
+        let Some(mut entry) = self.overlay_take(from) else {
+            return Err(FsError::NotFound);
+        };
+        // The content must be whole before the old name's stored version goes.
+        let loaded = self.load(&entry.file).await.map(|mut state| state.touch());
+        if let Err(e) = loaded {
+            self.overlay
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(from.to_string(), entry);
+            return Err(e);
+        }
+        if entry.pending.take().is_some() {
+            self.undefer(&from_sink);
+        }
+        if let Some(node) = self.view.lookup(from).await? {
+            self.remove_node(from, &node).await?;
+        }
+        let (file, handles) = (entry.file.clone(), entry.handles);
+        entry.sink = sink.clone();
+        self.overlay_put(to, entry);
+        if handles > 0 {
+            return Ok(()); // committed at the new place when its handles close
+        }
+        if self.defers(&sink) {
+            self.defer(to);
+            return Ok(());
+        }
+        let Sink::Commit(target) = &sink else { return Ok(()) };
+        let data = file.state.lock().await.data.to_bytes()?;
+        self.commit(target, data).await?;
+        file.state.lock().await.dirty = false;
+        self.overlay_remove(to);
         Ok(())
     }
 

@@ -133,8 +133,8 @@ impl ShardedArray {
     /// The inner chunks of a shard whose leading coordinates are `prefix`, in C order.
     fn slice_of_shard(&self, shard: &[u64], prefix: &[u64]) -> Vec<Vec<u64>> {
         let (mut lo, mut hi) = (Vec::with_capacity(self.ndim()), Vec::with_capacity(self.ndim()));
-        for d in 0..self.ndim() {
-            let covered = self.covered(d, shard[d]);
+        for (d, &s) in shard.iter().enumerate().take(self.ndim()) {
+            let covered = self.covered(d, s);
             match prefix.get(d) {
                 Some(&p) if covered.contains(&p) => {
                     lo.push(p);
