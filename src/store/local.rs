@@ -126,6 +126,8 @@ pub struct LocalStore {
     writable: bool,
     /// Open files for pinned reads, with the version each was opened at.
     open_files: Mutex<LruCache<String, (Arc<File>, Version)>>,
+    /// Removes temporary files left by crashed writers, once per directory written.
+    sweeper: super::sweep::Sweeper,
 }
 
 impl LocalStore {
@@ -141,6 +143,7 @@ impl LocalStore {
             root,
             writable,
             open_files: Mutex::new(LruCache::new(capacity)),
+            sweeper: Default::default(),
         })
     }
 
@@ -231,6 +234,7 @@ impl LocalStore {
             Err(e) if is_missing(&e) && matches!(condition, Precondition::Version(_)) => return Err(conflict(key)),
             Err(e) => return Err(io(e)),
         };
+        self.sweeper.sweep_once(&dir_path, TEMP_MARKER);
         let (temp, file) = write_temp(&dir, name, value).map_err(io)?;
         let result = match condition {
             Precondition::Any => replace_any(&dir, name, &temp, &file),

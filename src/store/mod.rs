@@ -20,6 +20,7 @@ pub mod key;
 pub mod local;
 mod lock;
 pub mod memory;
+mod sweep;
 mod types;
 
 pub use error::StoreError;
