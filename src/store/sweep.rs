@@ -36,11 +36,17 @@ impl Sweeper {
         let Ok(entries) = std::fs::read_dir(dir) else { return };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(name) = name.to_str().filter(|n| n.starts_with(marker)) else { continue };
+            let Some(name) = name.to_str().filter(|n| n.starts_with(marker)) else {
+                continue;
+            };
             if is_stale(&entry.path(), name) {
                 match std::fs::remove_file(entry.path()) {
-                    Ok(()) => tracing::info!(file = %entry.path().display(), "removed a temporary file left by a crash"),
-                    Err(e) => tracing::debug!(file = %entry.path().display(), "cannot remove stale temporary file: {e}"),
+                    Ok(()) => {
+                        tracing::info!(file = %entry.path().display(), "removed a temporary file left by a crash")
+                    }
+                    Err(e) => {
+                        tracing::debug!(file = %entry.path().display(), "cannot remove stale temporary file: {e}")
+                    }
                 }
             }
         }
@@ -59,7 +65,10 @@ fn is_stale(path: &Path, name: &str) -> bool {
     if pid == std::process::id() as i32 || process_alive(pid) {
         return false;
     }
-    let age = std::fs::metadata(path).and_then(|m| m.modified()).ok().and_then(|t| SystemTime::now().duration_since(t).ok());
+    let age = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok());
     age.is_some_and(|age| age >= MIN_AGE)
 }
 
@@ -81,10 +90,10 @@ mod tests {
         let dead = 2_000_000_000i32; // above the kernel's pid limit: never alive
         let old = SystemTime::now() - Duration::from_secs(3600);
         let names = [
-            format!(".zarrfs-tmp.0.{dead}.1"),                  // stale: removed
+            format!(".zarrfs-tmp.0.{dead}.1"),                 // stale: removed
             format!(".zarrfs-tmp.1.{}.2", std::process::id()), // ours: kept
-            format!(".zarrfs-tmp.2.{dead}.x"),                  // not our format: kept
-            "0".to_string(),                                    // a shard: kept
+            format!(".zarrfs-tmp.2.{dead}.x"),                 // not our format: kept
+            "0".to_string(),                                   // a shard: kept
         ];
         for name in &names {
             let f = std::fs::File::create(dir.path().join(name)).unwrap();
@@ -94,13 +103,18 @@ mod tests {
         std::fs::File::create(dir.path().join(&young)).unwrap();
         let sweeper = Sweeper::default();
         sweeper.sweep_once(dir.path(), ".zarrfs-tmp.");
-        let mut left: Vec<String> =
-            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
         left.sort();
         let mut want = vec![names[1].clone(), names[2].clone(), names[3].clone(), young];
         want.sort();
         assert_eq!(left, want);
-        std::fs::File::create(dir.path().join(&names[0])).unwrap().set_modified(old).unwrap();
+        std::fs::File::create(dir.path().join(&names[0]))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
         sweeper.sweep_once(dir.path(), ".zarrfs-tmp.");
         assert!(dir.path().join(&names[0]).exists(), "a directory is swept once");
     }
