@@ -30,6 +30,9 @@ pub struct WriteBack {
     wake: Notify,
     /// Pending chunk files per shard key, to notice complete shards.
     per_shard: std::sync::Mutex<HashMap<String, u64>>,
+    /// One write-back pass at a time: two passes (the flusher and an fsync) would otherwise
+    /// take the same pending files and commit them twice.
+    pass: tokio::sync::Mutex<()>,
 }
 
 impl WriteBack {
@@ -38,6 +41,7 @@ impl WriteBack {
             delay,
             wake: Notify::new(),
             per_shard: Default::default(),
+            pass: Default::default(),
         }
     }
 }
@@ -140,6 +144,8 @@ impl Fs {
 
     /// Commit pending chunk files (all of them with `all`), one rewrite per shard.
     pub async fn write_back(&self, all: bool) -> FsResult<()> {
+        let Some(wb) = &self.writeback else { return Ok(()) };
+        let _pass = wb.pass.lock().await;
         let due = self.due(all).await;
         if due.is_empty() {
             return Ok(());
