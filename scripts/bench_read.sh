@@ -21,40 +21,7 @@ SCALE="${BENCH_SCALE:-1}"
 RUNS="${RUNS:-3}"
 SIZES=(small large small_zstd large_zstd)
 
-say() { echo "bench: $*" >&2; }
-
-[ -x "$BIN" ] || { say "no binary at $BIN (cargo build --release, or set ZARRFS_BIN)"; exit 1; }
-[ -x "$PY" ] || { say "no venv at $REPO/.venv (run scripts/setup.sh)"; exit 1; }
-
-if [ -n "${BENCH_DIR:-}" ]; then
-    WORK="$BENCH_DIR"; mkdir -p "$WORK"; KEEP=1
-else
-    WORK="$(mktemp -d "${TMPDIR:-/var/tmp}/zarrfs-bench.XXXXXX")"; KEEP=0
-fi
-MNT="$WORK/mnt"
-RESULTS="$WORK/results.tsv"
-
-cleanup() {
-    if mountpoint -q "$MNT" 2>/dev/null; then
-        fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
-    fi
-    if [ -n "${DAEMON_PIDS:-}" ]; then
-        for pid in $DAEMON_PIDS; do kill "$pid" 2>/dev/null || true; done
-    fi
-    [ "$KEEP" = 1 ] || rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-CAN_DROP=0
-if [ -w /proc/sys/vm/drop_caches ] && sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then
-    CAN_DROP=1
-fi
-drop_caches() {
-    sync
-    if [ "$CAN_DROP" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi
-}
-
-now() { date +%s.%N; }
+source "$REPO/scripts/bench_lib.sh" bench
 
 # time_fastest CMD...: run CMD $RUNS times after dropping caches; print the fastest seconds.
 # CMD gets the run number as its last argument so each run can write a fresh destination.
@@ -65,7 +32,7 @@ time_fastest() {
         start=$(now)
         "$@" "$run"
         end=$(now)
-        secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')
+        secs=$(secs "$start" "$end")
         if [ -z "$best" ] || awk -v s="$secs" -v b="$best" 'BEGIN { exit !(s < b) }'; then
             best=$secs
         fi

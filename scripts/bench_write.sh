@@ -46,46 +46,10 @@ WB_DELAY="${WB_DELAY:-5}"
 PREMKDIR="${PREMKDIR:-0}"
 SIZES=(small large)
 
-say() { echo "bench: $*" >&2; }
-die() { say "$*"; exit 1; }
-
-[ -x "$BIN" ] || die "no binary at $BIN (cargo build --release, or set ZARRFS_BIN)"
-[ -x "$PY" ] || die "no venv at $REPO/.venv (run scripts/setup.sh)"
+source "$REPO/scripts/bench_lib.sh" bench-write
 "$BIN" mount --help 2>/dev/null | grep -q -- --write-back-delay \
-    || die "$BIN has no --writable/--write-back-delay (stale build? cargo build --release)"
-
-if [ -n "${BENCH_DIR:-}" ]; then
-    WORK="$BENCH_DIR"; mkdir -p "$WORK"; KEEP=1
-else
-    WORK="$(mktemp -d "${TMPDIR:-/var/tmp}/zarrfs-bench-write.XXXXXX")"; KEEP=0
-fi
-MNT="$WORK/mnt"
-RESULTS="$WORK/results.tsv"
+    || die "$BIN has no --write-back-delay (stale build? cargo build --release)"
 ROW="$WORK/row.tsv"
-DAEMON_PIDS=""
-
-cleanup() {
-    if mountpoint -q "$MNT" 2>/dev/null; then
-        fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
-    fi
-    if [ -n "${DAEMON_PIDS:-}" ]; then
-        for pid in $DAEMON_PIDS; do kill "$pid" 2>/dev/null || true; done
-    fi
-    [ "$KEEP" = 1 ] || rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-CAN_DROP=0
-if [ -w /proc/sys/vm/drop_caches ] && sync && echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then
-    CAN_DROP=1
-fi
-drop_caches() {
-    sync
-    if [ "$CAN_DROP" = 1 ]; then echo 3 > /proc/sys/vm/drop_caches; fi
-}
-
-now() { date +%s.%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
 # mount_view SRC [OPTIONS...]: mount SRC on $MNT; sets DAEMON_PID.
 mount_view() {

@@ -14,13 +14,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Rng;
 use common::*;
 use proptest::prelude::*;
 use zarrfs::fs::{Fs, FsConfig, FsError};
 use zarrfs::store::memory::MemoryStore;
 use zarrfs::view::{View, ViewOptions};
-use zarrfs::zarr::sharding::IndexLocation;
 
 /// One step. Chunk numbers are taken modulo the number of inner chunks of the grid.
 #[derive(Debug, Clone)]
@@ -130,40 +128,13 @@ fn write_back() -> impl Strategy<Value = Mode> {
 /// two levels, random index location and checksum, any key encoding, stored with gaps or in
 /// reverse order (so the first rewrite of a shard changes its layout).
 fn model_spec(seed: u64) -> ArraySpec {
-    let mut rng = Rng::new(seed);
-    let ndim = rng.range(1, 3) as usize;
-    let max_shards = if ndim == 1 { 4 } else { 3 };
-    let (mut shape, mut shard, mut mid, mut inner) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..ndim {
-        let c = rng.range(1, 3);
-        let b = rng.range(1, 3);
-        let a = rng.range(1, 3);
-        let s = c * b * a;
-        let shards = rng.range(1, max_shards);
-        shape.push((shards - 1) * s + rng.range(1, s + 1));
-        shard.push(s);
-        mid.push(c * b);
-        inner.push(c);
-    }
-    let loc = |r: &mut Rng| {
-        if r.percent(50) {
-            IndexLocation::Start
-        } else {
-            IndexLocation::End
-        }
+    let bounds = Bounds {
+        ndim: 3,
+        inner: 3,
+        shards: |ndim| if ndim == 1 { 4 } else { 3 },
+        nest_percent: 30,
     };
-    let codec = |r: &mut Rng| ALL_INDEX_CODECS[r.range(0, 4) as usize];
-    let (l0, c0) = (loc(&mut rng), codec(&mut rng));
-    let spec = if rng.percent(30) {
-        let (l1, c1) = (loc(&mut rng), codec(&mut rng));
-        ArraySpec::new(&shape, &shard, &mid).index(l0, c0).nest(&inner, l1, c1)
-    } else {
-        ArraySpec::new(&shape, &shard, &inner).index(l0, c0)
-    };
-    let encoding = ALL_ENCODINGS[rng.range(0, 4) as usize];
-    spec.encoding(encoding)
-        .gap(rng.range(0, 3) as usize)
-        .reverse(rng.percent(50))
+    random_spec_within(seed, &bounds)
 }
 
 /// The array under test, its store and mount, and the reference file system.

@@ -784,18 +784,44 @@ impl Store for RecordingStore {
     }
 }
 
+/// Exclusive upper bounds of a random array.
+pub struct Bounds {
+    /// Dimensions: 1 .. ndim.
+    pub ndim: u64,
+    /// Inner chunk side: 1 .. inner.
+    pub inner: u64,
+    /// Shards per dimension: 1 .. shards(ndim).
+    pub shards: fn(usize) -> u64,
+    /// Chance (percent) of two levels of sharding.
+    pub nest_percent: u64,
+}
+
 /// A random sharded array: 1-3 dimensions, edge shards cut short, optional nesting, random
 /// index location, endianness, checksum and key encoding.
 pub fn random_spec(seed: u64) -> ArraySpec {
+    random_spec_within(
+        seed,
+        &Bounds {
+            ndim: 4,
+            inner: 4,
+            shards: |_| 4,
+            nest_percent: 40,
+        },
+    )
+}
+
+/// A random sharded array within `bounds`, stored with gaps between chunks or in reverse
+/// order (so the first rewrite of a shard changes its layout).
+pub fn random_spec_within(seed: u64, bounds: &Bounds) -> ArraySpec {
     let mut rng = Rng::new(seed);
-    let ndim = rng.range(1, 4) as usize;
+    let ndim = rng.range(1, bounds.ndim) as usize;
     let (mut shape, mut shard, mut mid, mut inner) = (vec![], vec![], vec![], vec![]);
     for _ in 0..ndim {
-        let c = rng.range(1, 4);
+        let c = rng.range(1, bounds.inner);
         let b = rng.range(1, 3);
         let a = rng.range(1, 3);
         let s = c * b * a;
-        let shards = rng.range(1, 4);
+        let shards = rng.range(1, (bounds.shards)(ndim));
         shape.push((shards - 1) * s + rng.range(1, s + 1));
         shard.push(s);
         mid.push(c * b);
@@ -810,7 +836,7 @@ pub fn random_spec(seed: u64) -> ArraySpec {
     };
     let codec = |r: &mut Rng| ALL_INDEX_CODECS[r.range(0, 4) as usize];
     let (l0, c0) = (loc(&mut rng), codec(&mut rng));
-    let spec = if rng.percent(40) {
+    let spec = if rng.percent(bounds.nest_percent) {
         let (l1, c1) = (loc(&mut rng), codec(&mut rng));
         ArraySpec::new(&shape, &shard, &mid).index(l0, c0).nest(&inner, l1, c1)
     } else {
