@@ -67,6 +67,31 @@ fn open_store(source: &SourceSpec, writable: bool) -> Result<Arc<dyn Store>> {
                 LocalStore::new(path, writable).with_context(|| format!("cannot open source {}", path.display()))?;
             Ok(Arc::new(store))
         }
+        SourceSpec::Remote { url, options } => Ok(Arc::new(
+            crate::store::remote::open(url, options, writable).map_err(|m| anyhow::anyhow!(m))?,
+        )),
+    }
+}
+
+/// Ask the store once before going live, so a missing bucket, bad credentials or an unreachable
+/// endpoint are reported by `mount` rather than by the first `ls`.
+async fn check_reachable(store: &dyn Store, source: &SourceSpec) -> Result<()> {
+    let SourceSpec::Remote { .. } = source else {
+        return Ok(());
+    };
+    match store.list_dir("").await {
+        Ok(_) => Ok(()),
+        // Plain HTTP servers may refuse listings; a readable root metadata document will do.
+        Err(_) if matches!(store.head("zarr.json").await, Ok(Some(_))) => Ok(()),
+        Err(e) => bail!("cannot read the source: {e}"),
+    }
+}
+
+/// A short name of the source for /proc/mounts and messages.
+fn source_name(source: &SourceSpec) -> String {
+    match source {
+        SourceSpec::Local(path) => path.display().to_string(),
+        SourceSpec::Remote { url, .. } => url.clone(),
     }
 }
 
@@ -76,8 +101,17 @@ fn absolute(path: &Path) -> Result<PathBuf> {
 
 /// Check everything that can be checked before forking, so errors reach the user directly.
 fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
-    let SourceSpec::Local(path) = &settings.source;
-    let path = absolute(path).context("source")?;
+    let path = match &settings.source {
+        SourceSpec::Local(path) => absolute(path).context("source")?,
+        SourceSpec::Remote { url, .. } => {
+            let lower = url.to_ascii_lowercase();
+            if settings.writable && (lower.starts_with("http://") || lower.starts_with("https://")) {
+                eprintln!("zarrfs: HTTP sources are read-only: mounting {url} read-only");
+                settings.writable = false;
+            }
+            return prepare_local_paths(settings);
+        }
+    };
     if !path.is_dir() {
         bail!("source {} is not a directory", path.display());
     }
@@ -86,6 +120,11 @@ fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
         settings.writable = false;
     }
     settings.source = SourceSpec::Local(path);
+    prepare_local_paths(settings)
+}
+
+/// The mountpoint and the log file, made absolute (the daemon runs in `/`).
+fn prepare_local_paths(mut settings: MountSettings) -> Result<MountSettings> {
     settings.mountpoint = absolute(&settings.mountpoint).context("mountpoint")?;
     if !settings.mountpoint.is_dir() {
         bail!("mountpoint {} is not a directory", settings.mountpoint.display());
@@ -115,7 +154,37 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
         .enable_all()
         .thread_name("zarrfs-io")
         .build()?;
-    let counters = Arc::new(CountingStore::new(open_store(&settings.source, settings.writable)?));
+    let (fs, mounted) = match start(settings, &runtime) {
+        Ok(started) => started,
+        Err(e) => {
+            let message = format!("{e:#}");
+            report(Err(message.clone()));
+            bail!(message);
+        }
+    };
+    tracing::info!(source = %source_name(&settings.source), mountpoint = %settings.mountpoint.display(), "mounted");
+    report(Ok(()));
+    {
+        let _context = runtime.enter();
+        fs.start_write_back();
+    }
+    let served = mounted.serve(runtime.handle());
+    // Unmounted (or told to stop): write back what is still pending before exiting.
+    if let Err(e) = runtime.block_on(fs.write_back(true)) {
+        tracing::error!("pending writes could not be committed: {e}");
+    }
+    served?;
+    tracing::info!("unmounted");
+    // Requests still running hold nothing worth waiting for once the kernel has let go.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    Ok(())
+}
+
+/// Open the source, check it answers, build the filesystem and mount it.
+fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<(Arc<Fs>, session::Mounted)> {
+    let backend = open_store(&settings.source, settings.writable)?;
+    runtime.block_on(check_reachable(&*backend, &settings.source))?;
+    let counters = Arc::new(CountingStore::new(backend));
     let store: Arc<dyn Store> = counters.clone();
     let options = ViewOptions {
         mode: settings.view,
@@ -132,37 +201,15 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
     let fs = Arc::new(Fs::new(view, fs_config).with_counters(counters));
-    let SourceSpec::Local(path) = &settings.source;
     let cfg = MountConfig {
         read_only: !settings.writable,
         allow_other: settings.allow_other,
-        fsname: format!("zarrfs:{}", path.display()),
+        fsname: format!("zarrfs:{}", source_name(&settings.source)),
         threads: settings.threads.unwrap_or_else(fuse_threads),
     };
-    let mounted = match session::mount(fs.clone(), runtime.handle().clone(), &settings.mountpoint, &cfg) {
-        Ok(m) => m,
-        Err(e) => {
-            let message = format!("cannot mount {}: {e}", settings.mountpoint.display());
-            report(Err(message.clone()));
-            bail!(message);
-        }
-    };
-    tracing::info!(source = %path.display(), mountpoint = %settings.mountpoint.display(), "mounted");
-    report(Ok(()));
-    {
-        let _context = runtime.enter();
-        fs.start_write_back();
-    }
-    let served = mounted.serve(runtime.handle());
-    // Unmounted (or told to stop): write back what is still pending before exiting.
-    if let Err(e) = runtime.block_on(fs.write_back(true)) {
-        tracing::error!("pending writes could not be committed: {e}");
-    }
-    served?;
-    tracing::info!("unmounted");
-    // Requests still running hold nothing worth waiting for once the kernel has let go.
-    runtime.shutdown_timeout(Duration::from_secs(2));
-    Ok(())
+    let mounted = session::mount(fs.clone(), runtime.handle().clone(), &settings.mountpoint, &cfg)
+        .with_context(|| format!("cannot mount {}", settings.mountpoint.display()))?;
+    Ok((fs, mounted))
 }
 
 /// FUSE worker threads: requests run inline on them when they can, so a few per core.

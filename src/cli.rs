@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::store::remote::{is_remote_url, RemoteOptions};
 use crate::view::ViewMode;
 
 #[derive(Debug, Parser)]
@@ -55,6 +56,18 @@ pub struct MountArgs {
     /// FUSE worker threads (default: two per core, at least 4, at most 16).
     #[arg(long, value_name = "N", help_heading = "Process")]
     pub threads: Option<usize>,
+    /// Object store endpoint (e.g. an S3-compatible server: http://127.0.0.1:9000).
+    #[arg(long, value_name = "URL", help_heading = "Remote sources")]
+    pub endpoint_url: Option<String>,
+    /// Object store region.
+    #[arg(long, value_name = "REGION", help_heading = "Remote sources")]
+    pub region: Option<String>,
+    /// Anonymous access (public datasets): requests are not signed.
+    #[arg(long, help_heading = "Remote sources")]
+    pub no_sign_request: bool,
+    /// Other object_store client options, e.g. -o aws_virtual_hosted_style_request=true.
+    #[arg(short = 'o', value_name = "KEY=VALUE", value_parser = parse_key_value, help_heading = "Remote sources")]
+    pub option: Vec<(String, String)>,
     /// Append log lines to this file (default: stderr in the foreground, nowhere otherwise).
     #[arg(long, value_name = "PATH", help_heading = "Process")]
     pub log_file: Option<PathBuf>,
@@ -95,6 +108,14 @@ pub struct MountArgs {
     pub metadata_ttl: f64,
 }
 
+/// `key=value`.
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("{s:?}: expected key=value")),
+    }
+}
+
 /// `123`, `64K`, `64M`, `2G` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
@@ -113,6 +134,11 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceSpec {
     Local(PathBuf),
+    /// An object store URL (`s3://`, `gs://`, `az://`, `http(s)://`, …) and how to reach it.
+    Remote {
+        url: String,
+        options: RemoteOptions,
+    },
 }
 
 impl SourceSpec {
@@ -120,9 +146,15 @@ impl SourceSpec {
         match s.split_once("://") {
             None => Ok(SourceSpec::Local(PathBuf::from(s))),
             Some(("file", path)) if path.starts_with('/') => Ok(SourceSpec::Local(PathBuf::from(path))),
-            Some(("file", _)) => Err(format!("{s}: a file:// URL needs an absolute path (file:///data/x.zarr)")),
+            Some(("file", _)) => Err(format!(
+                "{s}: a file:// URL needs an absolute path (file:///data/x.zarr)"
+            )),
+            Some(_) if is_remote_url(s) => Ok(SourceSpec::Remote {
+                url: s.to_string(),
+                options: Default::default(),
+            }),
             Some((scheme, _)) => Err(format!(
-                "{s}: {scheme}:// sources are not supported yet; this version mounts local directories (a path or file:///path)"
+                "{s}: unsupported scheme {scheme}:// (use a path, file://, s3://, gs://, az://, http:// or https://)"
             )),
         }
     }
@@ -149,7 +181,21 @@ pub struct MountSettings {
 
 impl MountArgs {
     pub fn settings(self) -> Result<MountSettings, String> {
-        let source = SourceSpec::parse(&self.source)?;
+        let mut source = SourceSpec::parse(&self.source)?;
+        if let SourceSpec::Remote { options, .. } = &mut source {
+            *options = RemoteOptions {
+                endpoint: self.endpoint_url.clone(),
+                region: self.region.clone(),
+                no_sign_request: self.no_sign_request,
+                options: self.option.clone(),
+            };
+        } else if self.endpoint_url.is_some()
+            || self.region.is_some()
+            || self.no_sign_request
+            || !self.option.is_empty()
+        {
+            return Err("--endpoint-url, --region, --no-sign-request and -o apply to remote sources only".into());
+        }
         if !(self.metadata_ttl.is_finite() && self.metadata_ttl >= 0.0) {
             return Err(format!(
                 "--metadata-ttl {}: must be a non-negative number of seconds",
@@ -203,9 +249,13 @@ mod tests {
     fn sources() {
         assert_eq!(SourceSpec::parse("/a/b"), Ok(SourceSpec::Local("/a/b".into())));
         assert_eq!(SourceSpec::parse("file:///a/b"), Ok(SourceSpec::Local("/a/b".into())));
-        assert!(SourceSpec::parse("s3://bucket/x")
+        assert!(matches!(
+            SourceSpec::parse("s3://bucket/x"),
+            Ok(SourceSpec::Remote { .. })
+        ));
+        assert!(SourceSpec::parse("ftp://host/x")
             .unwrap_err()
-            .contains("not supported"));
+            .contains("unsupported scheme"));
         assert!(SourceSpec::parse("file://relative").is_err());
     }
 }

@@ -20,6 +20,8 @@ pub mod key;
 pub mod local;
 mod lock;
 pub mod memory;
+pub mod object;
+pub mod remote;
 mod sweep;
 mod types;
 

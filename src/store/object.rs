@@ -1,0 +1,463 @@
+//! Object stores (S3 and compatibles, Google Cloud Storage, Azure Blob Storage, HTTP) as a
+//! [`Store`], through the `object_store` crate, which does the HTTP, signing, retries and
+//! backoff. This module only maps the Zarr store vocabulary onto it:
+//!
+//! - keys live under the source URL's path prefix;
+//! - a value's [`Version`] is its ETag (else its generation, else mtime and size);
+//! - pinned reads send `If-Match: <etag>`, and the server answers 412 if the object changed,
+//!   which becomes [`StoreError::VersionMismatch`];
+//! - conditional writes are `PutMode::Create` (absent) and `PutMode::Update` (`If-Match` on
+//!   S3 and Azure, generation precondition on GCS), whose refusals become
+//!   [`StoreError::Conflict`]. There is no conditional delete in `object_store`: `erase_if`
+//!   checks the version and then deletes, a narrow window documented in the README;
+//! - suffix ranges go out as such, except on Azure, whose client refuses them: there a HEAD
+//!   gives the size and a bounded range follows;
+//! - a range starting at or past the end is an empty read, as the trait promises (the server
+//!   refuses such a range, so its size is looked up).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+
+use super::key::{validate, validate_prefix};
+use super::{
+    ByteRange, Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Precondition, Store, StoreError, StoreResult,
+    Version,
+};
+
+/// Which service, where behaviour differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    S3,
+    Gcs,
+    Azure,
+    Http,
+}
+
+#[derive(Debug)]
+pub struct ObjectBackend {
+    inner: Arc<dyn ObjectStore>,
+    /// The source's path prefix ("" or "a/b", no slashes at the ends).
+    prefix: String,
+    flavor: Flavor,
+    writable: bool,
+    /// For messages: the source URL.
+    name: String,
+}
+
+impl ObjectBackend {
+    pub fn new(inner: Arc<dyn ObjectStore>, prefix: &str, flavor: Flavor, writable: bool, name: String) -> Self {
+        let prefix = prefix.trim_matches('/').to_string();
+        let writable = writable && flavor != Flavor::Http;
+        ObjectBackend {
+            inner,
+            prefix,
+            flavor,
+            writable,
+            name,
+        }
+    }
+
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    fn path(&self, key: &str) -> StoreResult<Path> {
+        validate(key)?;
+        Ok(self.raw_path(key))
+    }
+
+    fn raw_path(&self, rel: &str) -> Path {
+        let rel = rel.trim_end_matches('/');
+        match (self.prefix.is_empty(), rel.is_empty()) {
+            (true, _) => Path::from(rel),
+            (false, true) => Path::from(self.prefix.as_str()),
+            (false, false) => Path::from(format!("{}/{rel}", self.prefix)),
+        }
+    }
+
+    /// The key of a listed object (its path without the source prefix).
+    fn key_of(&self, path: &Path) -> Option<String> {
+        let full = path.as_ref();
+        if self.prefix.is_empty() {
+            return Some(full.to_string());
+        }
+        full.strip_prefix(self.prefix.as_str())?
+            .strip_prefix('/')
+            .map(str::to_string)
+    }
+
+    fn error(&self, key: &str, e: object_store::Error) -> StoreError {
+        match e {
+            object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
+                StoreError::Conflict { key: key.to_string() }
+            }
+            object_store::Error::NotImplemented { .. } => StoreError::Unsupported("operation on this object store"),
+            object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+                StoreError::PermissionDenied { key: key.to_string() }
+            }
+            other => {
+                let location = if key.is_empty() {
+                    self.name.clone()
+                } else {
+                    format!("{}/{key}", self.name.trim_end_matches('/'))
+                };
+                let hint = if other.to_string().contains("169.254.169.254") {
+                    " (no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --no-sign-request for public data)"
+                } else {
+                    ""
+                };
+                StoreError::Io {
+                    key: location,
+                    source: std::io::Error::other(format!("{other}{hint}")),
+                }
+            }
+        }
+    }
+
+    fn readonly(&self) -> StoreResult<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(StoreError::ReadOnly)
+        }
+    }
+
+    async fn size_of(&self, path: &Path, key: &str) -> StoreResult<Option<object_store::ObjectMeta>> {
+        match self.inner.head(path).await {
+            Ok(meta) => Ok(Some(meta)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(key, e)),
+        }
+    }
+}
+
+/// Our version of an object: its ETag, else its generation, else its mtime and size.
+fn version_of(meta: &object_store::ObjectMeta) -> Version {
+    match (&meta.e_tag, &meta.version) {
+        (Some(etag), _) => Version(etag.clone()),
+        (None, Some(generation)) => Version(format!("g:{generation}")),
+        (None, None) => Version(format!(
+            "m:{}:{}",
+            meta.last_modified.timestamp_nanos_opt().unwrap_or(0),
+            meta.size
+        )),
+    }
+}
+
+fn meta_of(meta: &object_store::ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        size: meta.size,
+        version: version_of(meta),
+        mtime_ns: meta.last_modified.timestamp_nanos_opt().map(i128::from),
+    }
+}
+
+/// The version as preconditions want it (ETag, or GCS generation).
+fn update_version(v: &Version) -> UpdateVersion {
+    match v.0.strip_prefix("g:") {
+        Some(generation) => UpdateVersion {
+            e_tag: None,
+            version: Some(generation.to_string()),
+        },
+        None => UpdateVersion {
+            e_tag: Some(v.0.clone()),
+            version: None,
+        },
+    }
+}
+
+#[async_trait]
+impl Store for ObjectBackend {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            readable: true,
+            writable: self.writable,
+            listable: true,
+        }
+    }
+
+    async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        let path = self.path(key)?;
+        let mut range = match opts.byte_range() {
+            ByteRange::Full => None,
+            ByteRange::Range { length: 0, .. } => Some(GetRange::Bounded(0..0)),
+            ByteRange::Range { offset, length } => Some(GetRange::Bounded(offset..offset.saturating_add(length))),
+            ByteRange::From(offset) => Some(GetRange::Offset(offset)),
+            ByteRange::Suffix(n) => Some(GetRange::Suffix(n)),
+        };
+        // Ranges the server would refuse (empty, past the end, suffixes on Azure) need the size.
+        let needs_size = match &range {
+            Some(GetRange::Bounded(r)) => r.is_empty(),
+            Some(GetRange::Suffix(_)) => self.flavor == Flavor::Azure,
+            _ => false,
+        };
+        if needs_size {
+            let Some(meta) = self.size_of(&path, key).await? else {
+                return Ok(None);
+            };
+            let (start, end) = opts.byte_range().resolve(meta.size);
+            if start == end {
+                return Ok(Some(GetResult {
+                    bytes: Bytes::new(),
+                    offset: start,
+                    meta: meta_of(&meta),
+                }));
+            }
+            range = Some(GetRange::Bounded(start..end));
+        }
+        let options = object_store::GetOptions {
+            range,
+            if_match: opts
+                .if_version
+                .as_ref()
+                .map(|v| v.0.clone())
+                .filter(|v| !v.starts_with("m:")),
+            ..Default::default()
+        };
+        match self.inner.get_opts(&path, options).await {
+            Ok(result) => {
+                let (meta, offset) = (meta_of(&result.meta), result.range.start);
+                if let Some(expected) = &opts.if_version {
+                    if *expected != meta.version {
+                        return Err(StoreError::VersionMismatch {
+                            key: key.to_string(),
+                            expected: expected.0.clone(),
+                        });
+                    }
+                }
+                let bytes = result.bytes().await.map_err(|e| self.error(key, e))?;
+                Ok(Some(GetResult { bytes, offset, meta }))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(object_store::Error::Precondition { .. }) => Err(StoreError::VersionMismatch {
+                key: key.to_string(),
+                expected: opts.if_version.map(|v| v.0).unwrap_or_default(),
+            }),
+            // A range that starts past the end: an empty read, as for every store.
+            Err(e) if matches!(opts.range, Some(ByteRange::Range { .. } | ByteRange::From(_))) => {
+                let Some(meta) = self.size_of(&path, key).await? else {
+                    return Ok(None);
+                };
+                let (start, end) = opts.byte_range().resolve(meta.size);
+                if start == end {
+                    Ok(Some(GetResult {
+                        bytes: Bytes::new(),
+                        offset: start,
+                        meta: meta_of(&meta),
+                    }))
+                } else {
+                    Err(self.error(key, e))
+                }
+            }
+            Err(e) => Err(self.error(key, e)),
+        }
+    }
+
+    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        let path = self.path(key)?;
+        Ok(self.size_of(&path, key).await?.map(|m| meta_of(&m)))
+    }
+
+    async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
+        self.set_if(key, value, Precondition::Any).await
+    }
+
+    async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
+        self.readonly()?;
+        let path = self.path(key)?;
+        let mode = match &condition {
+            Precondition::Any => PutMode::Overwrite,
+            Precondition::Absent => PutMode::Create,
+            Precondition::Version(v) => PutMode::Update(update_version(v)),
+        };
+        let opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        let put = self
+            .inner
+            .put_opts(&path, PutPayload::from(value), opts)
+            .await
+            .map_err(|e| self.error(key, e))?;
+        match (put.e_tag, put.version) {
+            (Some(etag), _) => Ok(Version(etag)),
+            (None, Some(generation)) => Ok(Version(format!("g:{generation}"))),
+            (None, None) => Ok(self
+                .head(key)
+                .await?
+                .map(|m| m.version)
+                .unwrap_or(Version(String::new()))),
+        }
+    }
+
+    fn conditional_writes(&self) -> bool {
+        self.writable
+    }
+
+    async fn erase(&self, key: &str) -> StoreResult<()> {
+        self.readonly()?;
+        let path = self.path(key)?;
+        match self.inner.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error(key, e)),
+        }
+    }
+
+    async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
+        self.readonly()?;
+        let current = self.head(key).await?.map(|m| m.version);
+        match (&condition, current) {
+            (Precondition::Any, _) => self.erase(key).await,
+            (Precondition::Absent, None) => Ok(()),
+            (Precondition::Version(v), Some(current)) if *v == current => self.erase(key).await,
+            _ => Err(StoreError::Conflict { key: key.to_string() }),
+        }
+    }
+
+    async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        // object_store lists whole path segments; list the directory and filter by the name.
+        let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+        let root = self.raw_path(dir);
+        let listed: Vec<object_store::ObjectMeta> = self
+            .inner
+            .list(Some(&root))
+            .try_collect()
+            .await
+            .map_err(|e| self.error(prefix, e))?;
+        let mut keys: Vec<String> = listed
+            .iter()
+            .filter_map(|m| self.key_of(&m.location))
+            .filter(|k| k.starts_with(prefix))
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+        validate_prefix(prefix)?;
+        let dir = self.raw_path(prefix);
+        let listed = self
+            .inner
+            .list_with_delimiter(Some(&dir))
+            .await
+            .map_err(|e| self.error(prefix, e))?;
+        let name = |p: &Path| p.filename().map(str::to_string);
+        let mut out: Vec<DirEntry> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(name)
+            .map(DirEntry::dir)
+            .collect();
+        for meta in &listed.objects {
+            if let Some(n) = name(&meta.location) {
+                out.push(DirEntry::file(n, meta.size, meta_of(meta).mtime_ns));
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
+        self.readonly()?;
+        let (from_path, to_path) = (self.path(from)?, self.path(to)?);
+        self.inner
+            .rename(&from_path, &to_path)
+            .await
+            .map_err(|e| self.error(from, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    fn backend(prefix: &str) -> ObjectBackend {
+        ObjectBackend::new(Arc::new(InMemory::new()), prefix, Flavor::S3, true, "memory://".into())
+    }
+
+    #[tokio::test]
+    async fn the_store_contract_over_object_store() {
+        let s = backend("data/set.zarr");
+        assert!(s.get("a/b", GetOptions::default()).await.unwrap().is_none());
+        let v1 = s
+            .set_if("a/b", Bytes::from_static(b"0123456789"), Precondition::Absent)
+            .await
+            .unwrap();
+        assert!(matches!(
+            s.set_if("a/b", Bytes::from_static(b"x"), Precondition::Absent).await,
+            Err(StoreError::Conflict { .. })
+        ));
+        let got = s
+            .get("a/b", GetOptions::range(ByteRange::Suffix(3)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((&got.bytes[..], got.offset, got.meta.size), (&b"789"[..], 7, 10));
+        let got = s
+            .get(
+                "a/b",
+                GetOptions::pinned(ByteRange::Range { offset: 2, length: 3 }, v1.clone()),
+            )
+            .await;
+        assert_eq!(&got.unwrap().unwrap().bytes[..], b"234");
+        let past = s
+            .get("a/b", GetOptions::range(ByteRange::Range { offset: 50, length: 3 }))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(past.bytes.is_empty());
+        let v2 = s
+            .set_if("a/b", Bytes::from_static(b"new"), Precondition::Version(v1.clone()))
+            .await
+            .unwrap();
+        assert_ne!(v1, v2);
+        assert!(matches!(
+            s.set_if("a/b", Bytes::from_static(b"lost"), Precondition::Version(v1.clone()))
+                .await,
+            Err(StoreError::Conflict { .. })
+        ));
+        let stale = s.get("a/b", GetOptions::pinned(ByteRange::Full, v1.clone())).await;
+        assert!(matches!(stale, Err(StoreError::VersionMismatch { .. })), "{stale:?}");
+        s.set("a/c/d", Bytes::from_static(b"1")).await.unwrap();
+        s.set("a.txt", Bytes::from_static(b"22")).await.unwrap();
+        let names: Vec<_> = s
+            .list_dir("a/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.kind))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("b".into(), crate::store::EntryKind::File { size: 3 }),
+                ("c".into(), crate::store::EntryKind::Dir)
+            ]
+        );
+        assert_eq!(s.list_prefix("a").await.unwrap(), vec!["a.txt", "a/b", "a/c/d"]);
+        assert_eq!(s.list_prefix("a/").await.unwrap(), vec!["a/b", "a/c/d"]);
+        assert!(s.dir_exists("a/c/").await.unwrap());
+        assert!(matches!(
+            s.erase_if("a/b", Precondition::Version(v1)).await,
+            Err(StoreError::Conflict { .. })
+        ));
+        s.erase_if("a/b", Precondition::Version(v2)).await.unwrap();
+        assert!(s.head("a/b").await.unwrap().is_none());
+        s.rename("a.txt", "z/a.txt").await.unwrap();
+        assert_eq!(s.list().await.unwrap(), vec!["a/c/d", "z/a.txt"]);
+        assert!(s.get("../x", GetOptions::default()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn http_sources_are_read_only() {
+        let s = ObjectBackend::new(Arc::new(InMemory::new()), "", Flavor::Http, true, "http://x".into());
+        assert!(!s.capabilities().writable);
+        assert!(matches!(s.set("k", Bytes::new()).await, Err(StoreError::ReadOnly)));
+    }
+}
