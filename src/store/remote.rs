@@ -87,7 +87,7 @@ fn root_url(url: &Url) -> String {
     format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default())
 }
 
-fn options<'a>(opts: &'a RemoteOptions) -> impl Iterator<Item = (&'a str, &'a str)> {
+fn options(opts: &RemoteOptions) -> impl Iterator<Item = (&str, &str)> {
     CLIENT_DEFAULTS
         .into_iter()
         .chain(opts.options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
