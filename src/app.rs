@@ -188,7 +188,18 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     let store: Arc<dyn Store> = counters.clone();
     let options = ViewOptions {
         mode: settings.view,
-        index_cache_bytes: settings.cache_bytes,
+        // Indexes get a quarter of the cache when shard bytes are cached too (remote sources).
+        index_cache_bytes: if settings.prefetch_bytes > 0 {
+            settings.cache_bytes / 4
+        } else {
+            settings.cache_bytes
+        },
+        data_cache_bytes: if settings.prefetch_bytes > 0 {
+            settings.cache_bytes - settings.cache_bytes / 4
+        } else {
+            0
+        },
+        prefetch_bytes: settings.prefetch_bytes,
         metadata_ttl: settings.metadata_ttl,
     };
     let view = View::new(store, &options);

@@ -96,16 +96,33 @@ pub struct MountArgs {
     #[arg(long, value_name = "N", help_heading = "Access")]
     pub gid: Option<u32>,
 
-    /// Memory for decoded shard indexes, in bytes (suffixes K, M, G allowed).
-    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size, help_heading = "Caching")]
-    pub cache_size: u64,
+    /// Memory for decoded shard indexes and, for remote sources, cached shard bytes (suffixes
+    /// K, M, G allowed; default 64M for local sources, 512M for remote ones).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Caching")]
+    pub cache_size: Option<u64>,
+    /// Bytes read along with a shard's index, so that a shard that fits costs one request
+    /// (default 8M for remote sources, 0 for local ones).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Caching")]
+    pub prefetch_size: Option<u64>,
     /// Memory for the content of files being written, in bytes (suffixes K, M, G); beyond it
     /// they spill to unlinked files in the temporary directory ($TMPDIR).
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size, help_heading = "Caching")]
     pub write_buffer_size: u64,
-    /// Seconds for which metadata and shard indexes are trusted before being checked again.
-    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, help_heading = "Caching")]
-    pub metadata_ttl: f64,
+    /// Seconds for which metadata and shard indexes are trusted before being checked again, or
+    /// `indefinite` (default 1 for local sources, 60 for remote ones).
+    #[arg(long, value_name = "SECONDS|indefinite", value_parser = parse_ttl, help_heading = "Caching")]
+    pub metadata_ttl: Option<Duration>,
+}
+
+/// Seconds (fractions allowed) or `indefinite`.
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    if s.eq_ignore_ascii_case("indefinite") {
+        return Ok(Duration::from_secs(u64::MAX / 4));
+    }
+    match s.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok(Duration::from_secs_f64(secs.min(1e9))),
+        _ => Err(format!("{s:?}: a non-negative number of seconds, or indefinite")),
+    }
 }
 
 /// `key=value`.
@@ -175,6 +192,7 @@ pub struct MountSettings {
     pub uid: u32,
     pub gid: u32,
     pub cache_bytes: usize,
+    pub prefetch_bytes: u64,
     pub write_buffer_bytes: usize,
     pub metadata_ttl: Duration,
 }
@@ -196,12 +214,7 @@ impl MountArgs {
         {
             return Err("--endpoint-url, --region, --no-sign-request and -o apply to remote sources only".into());
         }
-        if !(self.metadata_ttl.is_finite() && self.metadata_ttl >= 0.0) {
-            return Err(format!(
-                "--metadata-ttl {}: must be a non-negative number of seconds",
-                self.metadata_ttl
-            ));
-        }
+        let remote = matches!(source, SourceSpec::Remote { .. });
         Ok(MountSettings {
             source,
             mountpoint: self.mountpoint,
@@ -225,9 +238,13 @@ impl MountArgs {
             allow_other: self.allow_other,
             uid: self.uid.unwrap_or_else(|| nix::unistd::getuid().as_raw()),
             gid: self.gid.unwrap_or_else(|| nix::unistd::getgid().as_raw()),
-            cache_bytes: usize::try_from(self.cache_size).unwrap_or(usize::MAX),
+            cache_bytes: usize::try_from(self.cache_size.unwrap_or(if remote { 512 << 20 } else { 64 << 20 }))
+                .unwrap_or(usize::MAX),
+            prefetch_bytes: self.prefetch_size.unwrap_or(if remote { 8 << 20 } else { 0 }),
             write_buffer_bytes: usize::try_from(self.write_buffer_size).unwrap_or(usize::MAX),
-            metadata_ttl: Duration::from_secs_f64(self.metadata_ttl.min(1e9)),
+            metadata_ttl: self
+                .metadata_ttl
+                .unwrap_or(Duration::from_secs(if remote { 60 } else { 1 })),
         })
     }
 }

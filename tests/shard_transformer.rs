@@ -517,6 +517,7 @@ async fn check_rewrite(options: ShardOptions) {
 async fn rewritten_shard_is_not_stale_with_revalidation_every_time() {
     check_rewrite(ShardOptions {
         revalidate_after: Duration::ZERO,
+        ..Default::default()
     })
     .await;
 }
@@ -573,6 +574,7 @@ async fn revalidation_sees_new_sizes_in_lookups_and_listings() {
         &built,
         ShardOptions {
             revalidate_after: Duration::ZERO,
+            ..Default::default()
         },
     );
     assert_eq!(s.array.locate(&[1, 1]).await.unwrap().unwrap().nbytes, 10);
@@ -1033,7 +1035,7 @@ proptest! {
             check_listing(&s.array, &built).await;
             check_reads(&s.array, &built).await;
             // The same through a fresh array that revalidates on every access.
-            let s = setup(&built, ShardOptions { revalidate_after: Duration::ZERO });
+            let s = setup(&built, ShardOptions { revalidate_after: Duration::ZERO, ..Default::default() });
             check_reads(&s.array, &built).await;
             check_listing(&s.array, &built).await;
         });
@@ -1111,4 +1113,78 @@ async fn zero_dimensional_array_has_one_chunk() {
         check_listing(&s.array, &built).await;
         check_reads(&s.array, &built).await;
     }
+}
+
+/// Options of an object-store mount: a data cache and a prefetch window read with each index.
+fn remote_like(prefetch: u64, cache: usize) -> ShardOptions {
+    ShardOptions {
+        revalidate_after: Duration::from_secs(3600),
+        prefetch_bytes: prefetch,
+        data_cache: Some(Arc::new(zarrfs::shard::DataCache::new(cache))),
+        revalidate_on_open: false,
+        exact_prefix_dirs: false,
+    }
+}
+
+#[tokio::test]
+async fn a_shard_within_the_prefetch_window_costs_one_request_in_all() {
+    for location in [IndexLocation::End, IndexLocation::Start] {
+        let spec = ArraySpec::new(&[8, 12], &[4, 4], &[2, 2]).index(location, LE_CRC);
+        let built = spec.build("", &spec.full_chunks(9, 1, 5));
+        let s = setup(&built, remote_like(1 << 20, 16 << 20));
+        for coords in [[0u64, 0], [0, 1], [1, 0], [1, 1]] {
+            let (_, bytes) = s.array.read_chunk(&coords, 0, u64::MAX).await.unwrap().unwrap();
+            assert_eq!(
+                &bytes[..],
+                &built.expected[&coords.to_vec()][..],
+                "{location:?} {coords:?}"
+            );
+        }
+        assert_eq!(
+            s.counting.counts().get,
+            1,
+            "{location:?}: index and all four chunks in one request"
+        );
+        // Warm: nothing more.
+        s.array.read_chunk(&[1, 1], 0, u64::MAX).await.unwrap().unwrap();
+        assert_eq!(s.counting.counts().get, 1);
+    }
+}
+
+#[tokio::test]
+async fn a_reader_walking_a_large_shard_gets_it_in_few_requests() {
+    // 16 chunks of 5 bytes per shard; a prefetch window of one index only: a walker's third
+    // miss fetches the rest of the shard (small enough to be fetched whole).
+    let spec = ArraySpec::new(&[8, 8], &[8, 8], &[2, 2]);
+    let built = spec.build("", &spec.full_chunks(5, 5, 5));
+    let s = setup(&built, remote_like(0, 16 << 20));
+    for coords in spec.covered_coords() {
+        let (_, bytes) = s.array.read_chunk(&coords, 0, u64::MAX).await.unwrap().unwrap();
+        assert_eq!(&bytes[..], &built.expected[&coords][..], "{coords:?}");
+    }
+    let gets = s.counting.counts().get;
+    assert!(
+        gets <= 4,
+        "16 chunks of one shard cost {gets} requests (index, two misses, the whole shard)"
+    );
+}
+
+#[tokio::test]
+async fn cached_shard_bytes_are_never_served_for_another_version() {
+    let spec = ArraySpec::new(&[4, 4], &[4, 4], &[2, 2]);
+    let built = spec.build("", &spec.full_chunks(6, 1, 5));
+    let s = setup(&built, remote_like(1 << 20, 16 << 20));
+    s.array.read_chunk(&[0, 0], 0, u64::MAX).await.unwrap().unwrap();
+    // Rewrite the shard with other bytes; the cached index and region are of the old version.
+    let mut other = built.expected.clone();
+    for bytes in other.values_mut() {
+        bytes.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+    }
+    let rebuilt = spec.build("", &other);
+    for (key, bytes) in &rebuilt.files {
+        s.memory.insert(key, bytes.clone());
+    }
+    s.array.forget_shard(&s.array.shard_key(&[0, 0]));
+    let (_, bytes) = s.array.read_chunk(&[1, 1], 0, u64::MAX).await.unwrap().unwrap();
+    assert_eq!(&bytes[..], &other[&vec![1, 1]][..]);
 }

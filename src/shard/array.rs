@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::data_cache::DataCache;
 use super::index_cache::{CachedIndex, IndexCache, IndexKey};
 use super::ShardError;
 use crate::store::{ByteRange, GetOptions, ObjectMeta, Store, StoreError, Version};
@@ -29,15 +30,35 @@ pub struct ShardOptions {
     /// How long a cached index is trusted for lookups and listings before its shard's version
     /// is checked again. Reads are pinned to the version regardless.
     pub revalidate_after: Duration,
+    /// Bytes read along with a shard's index (at least the index): a shard that fits costs
+    /// one request in all. 0 reads the index alone (local stores: the page cache does better).
+    pub prefetch_bytes: u64,
+    /// Where prefetched and walked shard bytes are kept; none: no prefetch.
+    pub data_cache: Option<Arc<DataCache>>,
+    /// Confirm a shard's version before a file of it is opened (cheap on a local disk, a
+    /// request on an object store, where the index is trusted for `revalidate_after` instead).
+    pub revalidate_on_open: bool,
+    /// Chunk directories above the last level exist exactly when a chunk lies below them
+    /// (reading shard indexes), rather than when a shard covers them (one listing). Arrays
+    /// this mount writes to are always exact: a client creating a directory it just saw
+    /// missing must not find it "already there".
+    pub exact_prefix_dirs: bool,
 }
 
 impl Default for ShardOptions {
     fn default() -> Self {
         ShardOptions {
             revalidate_after: Duration::from_secs(1),
+            prefetch_bytes: 0,
+            data_cache: None,
+            revalidate_on_open: true,
+            exact_prefix_dirs: true,
         }
     }
 }
+
+/// Largest shard a walking reader gets whole in one request (beyond it, prefetch windows).
+const WHOLE_SHARD_LIMIT: u64 = 64 << 20;
 
 /// Where an inner chunk's encoded bytes live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,8 +84,10 @@ pub struct ShardedArray {
     /// Inner chunks per stored shard, per dimension.
     pub(super) per_shard: Vec<u64>,
     cache: Arc<IndexCache>,
-    options: ShardOptions,
+    pub(super) options: ShardOptions,
     pub(super) commits: super::commit::CommitQueues,
+    /// This mount has written to the array (its prefix directories are then always exact).
+    pub(super) written: std::sync::atomic::AtomicBool,
 }
 
 impl ShardedArray {
@@ -90,6 +113,7 @@ impl ShardedArray {
             cache,
             options,
             commits: Default::default(),
+            written: Default::default(),
         })
     }
 
@@ -129,7 +153,12 @@ impl ShardedArray {
     /// still its current version (one `head`), for operations that must not act on a stale
     /// index: opening a file.
     pub async fn locate_current(&self, coords: &[u64]) -> Result<Option<ChunkLocation>, ShardError> {
-        self.locate_within(coords, Duration::ZERO).await
+        let max_age = if self.options.revalidate_on_open {
+            Duration::ZERO
+        } else {
+            self.options.revalidate_after
+        };
+        self.locate_within(coords, max_age).await
     }
 
     async fn locate_within(&self, coords: &[u64], max_age: Duration) -> Result<Option<ChunkLocation>, ShardError> {
@@ -196,21 +225,80 @@ impl ShardedArray {
         if length == 0 {
             return Ok(Bytes::new());
         }
+        let absolute = loc.offset + start;
+        if let Some(cache) = &self.options.data_cache {
+            if let Some(bytes) = cache.get(&loc.shard_key, &loc.version, absolute, length) {
+                return Ok(bytes);
+            }
+            if cache.misses(&loc.shard_key, &loc.version) >= 2 {
+                return self.read_walking(cache, loc, absolute, length).await;
+            }
+        }
         let range = ByteRange::Range {
-            offset: loc.offset + start,
+            offset: absolute,
             length,
         };
         let got = self
             .store
             .get(&loc.shard_key, GetOptions::pinned(range, loc.version.clone()))
             .await?;
-        match got {
-            Some(r) if r.bytes.len() as u64 == length => Ok(r.bytes),
-            Some(_) | None => Err(StoreError::VersionMismatch {
-                key: loc.shard_key.clone(),
-                expected: loc.version.0.clone(),
+        exact(got, loc, length)
+    }
+
+    /// A reader is walking this shard's chunks (the cached region kept missing): fetch the
+    /// whole shard if it is small enough, else a prefetch window from here, in one request,
+    /// and serve the chunk from it.
+    async fn read_walking(
+        &self,
+        cache: &DataCache,
+        loc: &ChunkLocation,
+        absolute: u64,
+        length: u64,
+    ) -> Result<Bytes, StoreError> {
+        let limit = WHOLE_SHARD_LIMIT.min(cache.capacity() as u64 / 4);
+        let shard_size = self.cache_size_of(&loc.shard_key);
+        let range = match shard_size {
+            Some(size) if size <= limit => ByteRange::Range {
+                offset: 0,
+                length: size,
+            },
+            _ => ByteRange::Range {
+                offset: absolute,
+                length: length.max(self.options.prefetch_bytes),
+            },
+        };
+        let got = self
+            .store
+            .get(&loc.shard_key, GetOptions::pinned(range, loc.version.clone()))
+            .await?;
+        let Some(got) = got else {
+            return exact(None, loc, length);
+        };
+        let start = absolute.checked_sub(got.offset).unwrap_or(u64::MAX) as usize;
+        let bytes = got
+            .bytes
+            .get(start..start.saturating_add(length as usize))
+            .map(|b| got.bytes.slice_ref(b));
+        cache.put(&loc.shard_key, &loc.version, got.offset, got.bytes.clone());
+        exact(
+            bytes.map(|bytes| crate::store::GetResult {
+                bytes,
+                offset: absolute,
+                meta: got.meta,
             }),
-        }
+            loc,
+            length,
+        )
+    }
+
+    /// The stored size of a shard, from its cached index.
+    fn cache_size_of(&self, shard_key: &str) -> Option<u64> {
+        self.cache
+            .get(&IndexKey {
+                shard: shard_key.to_string(),
+                sub: Vec::new(),
+            })
+            .map(|c| c.shard_size)
     }
 
     /// Locate and read a byte range of an inner chunk, re-locating if the shard changes
@@ -236,9 +324,12 @@ impl ShardedArray {
         })
     }
 
-    /// Drop cached indexes of a shard (after a version mismatch, or after a commit).
+    /// Drop cached indexes and bytes of a shard (after a version mismatch, or after a commit).
     pub fn forget_shard(&self, shard_key: &str) {
         self.cache.invalidate_shard(shard_key);
+        if let Some(data) = &self.options.data_cache {
+            data.forget(shard_key);
+        }
     }
 
     /// The stored shard's own index, from the cache when its version was confirmed less than
@@ -281,24 +372,39 @@ impl ShardedArray {
 
     async fn load_top_index(&self, shard_key: &str, level: &ShardLevel) -> Result<Option<CachedIndex>, ShardError> {
         let index_size = level.index_size();
+        // With a data cache, read a prefetch window along with the index: the whole shard
+        // when it fits, so that its chunks cost no further request.
+        let want = match &self.options.data_cache {
+            Some(_) => index_size.max(self.options.prefetch_bytes),
+            None => index_size,
+        };
         let range = match level.index_location {
-            IndexLocation::End => ByteRange::Suffix(index_size),
+            IndexLocation::End => ByteRange::Suffix(want),
             IndexLocation::Start => ByteRange::Range {
                 offset: 0,
-                length: index_size,
+                length: want,
             },
         };
         let Some(got) = self.store.get(shard_key, GetOptions::range(range)).await? else {
             return Ok(None);
         };
         let size = got.meta.size;
-        if size < index_size || (got.bytes.len() as u64) < index_size {
+        let got_len = got.bytes.len() as u64;
+        if size < index_size || got_len < index_size {
             return Err(ShardError::corrupt(
                 shard_key,
                 format!("shard is {size} bytes, shorter than its {index_size}-byte index"),
             ));
         }
-        let index = decode_index(shard_key, &got.bytes, level, 0, size)?;
+        let index_bytes = match level.index_location {
+            IndexLocation::End => got.bytes.slice((got_len - index_size) as usize..),
+            IndexLocation::Start => got.bytes.slice(..index_size as usize),
+        };
+        let index = decode_index(shard_key, &index_bytes, level, 0, size)?;
+        // Cached even when only the index came: later misses on it reveal a walking reader.
+        if let Some(cache) = &self.options.data_cache {
+            cache.put(shard_key, &got.meta.version, got.offset, got.bytes.clone());
+        }
         Ok(Some(CachedIndex::new(&got.meta, index.0, index.1)))
     }
 
@@ -350,6 +456,18 @@ impl ShardedArray {
         let entry = Arc::new(CachedIndex::new(&meta, base, index));
         self.cache.insert(key, entry.clone());
         Ok(entry)
+    }
+}
+
+/// The bytes of a read that must be exactly `length` long; anything else means the shard
+/// changed under the read.
+fn exact(got: Option<crate::store::GetResult>, loc: &ChunkLocation, length: u64) -> Result<Bytes, StoreError> {
+    match got {
+        Some(r) if r.bytes.len() as u64 == length => Ok(r.bytes),
+        Some(_) | None => Err(StoreError::VersionMismatch {
+            key: loc.shard_key.clone(),
+            expected: loc.version.0.clone(),
+        }),
     }
 }
 

@@ -69,6 +69,7 @@ impl ShardedArray {
         }
         let mut waits = Vec::with_capacity(located.len());
         let mut start = Vec::new();
+        self.written.store(true, std::sync::atomic::Ordering::Relaxed);
         {
             let mut queues = self.commits.lock();
             for (shard_key, change) in located {

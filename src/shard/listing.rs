@@ -91,6 +91,10 @@ impl ShardedArray {
         if !self.slash() || !self.prefix_in_grid(prefix) {
             return Ok(false);
         }
+        if !self.exact_prefixes() {
+            let shard_dir = self.shard_dir(&self.shard_prefix_of(prefix));
+            return Ok(!self.store.list_dir(&shard_dir).await?.is_empty());
+        }
         for shard in self.shards_under(&self.shard_prefix_of(prefix)).await? {
             for coords in self.slice_of_shard(&shard, prefix) {
                 match self.locate(&coords).await {
@@ -171,6 +175,9 @@ impl ShardedArray {
         }
         let dim = prefix.len();
         let leaf = dim + 1 == self.ndim();
+        if !leaf && !self.exact_prefixes() {
+            return self.list_prefix_dir_from_shards(prefix).await;
+        }
         let mut children = std::collections::BTreeMap::new();
         for shard in self.shards_under(&self.shard_prefix_of(prefix)).await? {
             for coords in self.slice_of_shard(&shard, prefix) {
@@ -198,6 +205,29 @@ impl ShardedArray {
                 None => DirEntry::dir(i.to_string()),
             })
             .collect())
+    }
+
+    fn exact_prefixes(&self) -> bool {
+        self.options.exact_prefix_dirs || self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A prefix directory listed from shard existence alone (one `list_dir`): each stored shard
+    /// coordinate `s` contributes the inner coordinates it covers.
+    async fn list_prefix_dir_from_shards(&self, prefix: &[u64]) -> Result<Vec<DirEntry>, ShardError> {
+        let dim = prefix.len();
+        let listed = self
+            .store
+            .list_dir(&self.shard_dir(&self.shard_prefix_of(prefix)))
+            .await?;
+        let mut children: Vec<u64> = listed
+            .iter()
+            .filter(|e| e.kind == EntryKind::Dir)
+            .filter_map(|e| parse_coord(&e.name))
+            .flat_map(|s| self.covered(dim, s))
+            .collect();
+        children.sort_unstable();
+        children.dedup();
+        Ok(children.into_iter().map(|i| DirEntry::dir(i.to_string())).collect())
     }
 
     /// Every chunk file of an array whose chunk keys have no directories.

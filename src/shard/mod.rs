@@ -12,11 +12,13 @@
 
 mod array;
 pub mod commit;
+pub mod data_cache;
 mod error;
 pub mod index_cache;
 mod listing;
 mod store_impl;
 
 pub use array::{ChunkLocation, ShardOptions, ShardedArray};
+pub use data_cache::DataCache;
 pub use error::ShardError;
 pub use index_cache::IndexCache;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
-use crate::shard::{IndexCache, ShardError, ShardOptions, ShardedArray};
+use crate::shard::{DataCache, IndexCache, ShardError, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::{ByteRange, DirEntry, EntryKind, GetOptions, Store, StoreError};
 use crate::zarr::key_encoding::ChunkPath;
@@ -36,6 +36,11 @@ pub struct ViewOptions {
     pub mode: ViewMode,
     /// Bytes of decoded shard indexes kept in memory.
     pub index_cache_bytes: usize,
+    /// Bytes of shard data kept in memory (prefetched along with indexes, or fetched for a
+    /// reader walking a shard); 0 for none.
+    pub data_cache_bytes: usize,
+    /// Bytes read along with each shard index (see `ShardOptions::prefetch_bytes`).
+    pub prefetch_bytes: u64,
     /// How long metadata and shard indexes are trusted before their version is checked again.
     pub metadata_ttl: Duration,
 }
@@ -45,6 +50,8 @@ impl Default for ViewOptions {
         ViewOptions {
             mode: ViewMode::Unsharded,
             index_cache_bytes: 64 << 20,
+            data_cache_bytes: 0,
+            prefetch_bytes: 0,
             metadata_ttl: Duration::from_secs(1),
         }
     }
@@ -158,8 +165,18 @@ fn stored_node(prefix: &str, entry: &DirEntry) -> Node {
 impl View {
     pub fn new(store: Arc<dyn Store>, options: &ViewOptions) -> Self {
         let index_cache = Arc::new(IndexCache::new(options.index_cache_bytes));
+        let data_cache = (options.data_cache_bytes > 0).then(|| Arc::new(DataCache::new(options.data_cache_bytes)));
         let shard_options = ShardOptions {
             revalidate_after: options.metadata_ttl,
+            prefetch_bytes: if data_cache.is_some() {
+                options.prefetch_bytes
+            } else {
+                0
+            },
+            // Object stores (those with a data cache) trust indexes for the TTL on open too.
+            revalidate_on_open: data_cache.is_none(),
+            exact_prefix_dirs: data_cache.is_none(),
+            data_cache,
         };
         let nodes = NodeCache::new(store.clone(), index_cache, shard_options, options.metadata_ttl);
         View {

@@ -557,6 +557,7 @@ pub fn open_array(store: Arc<dyn Store>, prefix: &str, doc: &[u8], options: Shar
 pub fn sticky() -> ShardOptions {
     ShardOptions {
         revalidate_after: std::time::Duration::from_secs(3600),
+        ..Default::default()
     }
 }
 
