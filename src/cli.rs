@@ -22,8 +22,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Mount SOURCE (a directory or file:// URL) at MOUNTPOINT.
-    Mount(MountArgs),
+    /// Mount SOURCE (a directory, file://, s3://, gs://, az:// or http(s):// URL) at MOUNTPOINT.
+    Mount(Box<MountArgs>),
     /// Unmount a zarrfs mount.
     Unmount { mountpoint: PathBuf },
     /// Print the hierarchy: arrays, sharding, shard and chunk counts, and problems found.
