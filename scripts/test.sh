@@ -17,5 +17,7 @@ echo "test: cargo test"
 cargo test --quiet
 echo "test: real clients (pytest tests/clients)"
 cargo build --quiet
+# Includes the remote-source tests: they start moto (S3), Azurite, fake-gcs-server and nginx on
+# 127.0.0.1 themselves (scripts/servers.sh) and stop them afterwards.
 ZARRFS_BIN="$REPO/target/debug/zarrfs" .venv/bin/python -m pytest -q tests/clients
 echo "test: all passed"

@@ -1,0 +1,77 @@
+"""Requests a remote view sends, from the daemon's counters (xattr `user.zarrfs.stats` of the
+mount root: get, get_bytes, head, set, set_bytes, erase, list, list_dir). Each measurement is
+printed and appended to .cache/remote-stats.jsonl.
+  - a cold read of one chunk file (metadata of its array already read) costs at most 2 GETs:
+    the shard index and the chunk;
+  - re-reading the same file right away costs no GET;
+  - a cold `cp -r` of an array costs at most 1.2 GETs per stored shard (one GET per shard plus
+    metadata: needs whole-shard prefetch on sequential copies)."""
+import os
+import subprocess
+
+import pytest
+
+import shardindex as si
+from remote import BACKENDS, delta, record, remote, remote_view, stats  # noqa: F401
+from helpers import walk_files
+
+SINGLE = ["ts/u8_2d_end_crc_blosc", "zp/i16_2d_start_nocrc_blosc_dot"]
+COPIED = ["ts/u8_2d_many_files_dot", "ts/u8_2d_end_crc_blosc"]
+
+
+def first_chunk(tree, path) -> tuple[str, bytes]:
+    return sorted(si.expected_chunk_files(si.load_layout(tree.root / path)).items())[0]
+
+
+@pytest.mark.parametrize("path", SINGLE)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cold_chunk_read_then_warm_reread(remote_view, tree, backend, path):
+    view = remote_view(backend, "--read-only")
+    key, data = first_chunk(tree, path)
+    s_mount = stats(view)
+    os.stat(view.path(path))
+    assert (view.path(path) / "zarr.json").read_bytes()  # metadata of the array
+    s_meta = stats(view)
+    with open(view.path(path) / key, "rb") as f:  # lookup of the chunk path, open, read
+        assert f.read() == data
+    s_cold = stats(view)
+    with open(view.path(path) / key, "rb") as f:
+        assert f.read() == data
+    s_warm = stats(view)
+    meta, cold, warm = delta(s_mount, s_meta), delta(s_meta, s_cold), delta(s_cold, s_warm)
+    record("chunk read", backend=backend, array=path, key=key, chunk_bytes=len(data),
+           mount_to_metadata=meta, cold_chunk=cold, warm_reread=warm)
+    assert cold["get"] <= 2, f"cold read of {path}/{key} cost {cold['get']} GETs: {cold}"
+    assert warm["get"] == 0, f"warm re-read of {path}/{key} cost {warm['get']} GETs: {warm}"
+
+
+@pytest.mark.parametrize("path", COPIED)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cold_cp_r_gets_per_shard(remote_view, tree, backend, path, tmp_path):
+    """GETs of a cold `cp -r` of the array directory per stored shard, once the array's own
+    metadata has been read (os.stat of the directory and its zarr.json, counted separately:
+    they are what any client reads first)."""
+    view = remote_view(backend, "--read-only")
+    layout = si.load_layout(tree.root / path)
+    shards = si.stored_shards(layout)
+    shard_bytes = sum(p.stat().st_size for p in shards.values())
+    chunks = si.expected_chunk_files(layout)
+    s_mount = stats(view)
+    os.stat(view.path(path))
+    assert (view.path(path) / "zarr.json").read_bytes()
+    s_meta = stats(view)
+    res = subprocess.run(["cp", "-r", str(view.path(path)), str(tmp_path / "copy")],
+                         capture_output=True, text=True, timeout=280)
+    assert res.returncode == 0, f"cp -r failed: {res.stderr}"
+    s_copy = stats(view)
+    meta, d, total = delta(s_mount, s_meta), delta(s_meta, s_copy), delta(s_mount, s_copy)
+    per_shard = d["get"] / len(shards)
+    record("cold cp -r", backend=backend, array=path, shards=len(shards),
+           chunk_files=len(chunks), shard_bytes=shard_bytes, metadata=meta, copy=d,
+           gets_per_shard=round(per_shard, 3),
+           gets_per_shard_with_metadata=round(total["get"] / len(shards), 3),
+           get_bytes_per_shard_byte=round(d["get_bytes"] / shard_bytes, 3))
+    copied = {k for k in walk_files(tmp_path / "copy") if k != "zarr.json"}
+    assert copied == set(chunks), "the copy does not hold exactly the chunk files"
+    assert per_shard <= 1.2, (f"cold cp -r of {path} on {backend}: {d['get']} GETs for "
+                              f"{len(shards)} shards = {per_shard:.2f} per shard ({d})")
