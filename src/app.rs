@@ -170,7 +170,7 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
     }
     let served = mounted.serve(runtime.handle());
     // Unmounted (or told to stop): write back what is still pending before exiting.
-    if let Err(e) = runtime.block_on(fs.write_back(true)) {
+    if let Err(e) = runtime.block_on(fs.commit_all()) {
         tracing::error!("pending writes could not be committed: {e}");
     }
     served?;

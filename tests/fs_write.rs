@@ -1113,3 +1113,35 @@ async fn a_read_only_mount_refuses_every_mutation() {
         h.arrays[0].expected[&vec![0, 0]]
     );
 }
+
+/// zarr-python's write: the temporary file is closed (FLUSH commits it), then renamed onto its
+/// key before the kernel's asynchronous RELEASE arrives. The content must be at the new name
+/// at once, even if that release never comes (the daemon unmounted first).
+#[tokio::test]
+async fn a_rename_before_release_commits_at_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    store
+        .set(
+            "zarr.json",
+            bytes::Bytes::from_static(br#"{"zarr_format":3,"node_type":"group"}"#),
+        )
+        .await
+        .unwrap();
+    let fs = writable_fs(store.clone());
+    let (_, fh) = fs.create(1, "data.partial", false).await.unwrap();
+    fs.write(fh, 0, b"payload").await.unwrap();
+    fs.flush(fh).await.unwrap();
+    fs.rename(1, "data.partial", 1, "data", false).await.unwrap();
+    // No release: as if the kernel never sent it.
+    let stored = store.get("data", zarrfs::store::GetOptions::default()).await.unwrap();
+    assert_eq!(stored.map(|g| g.bytes.to_vec()), Some(b"payload".to_vec()));
+    assert!(store
+        .get("data.partial", zarrfs::store::GetOptions::default())
+        .await
+        .unwrap()
+        .is_none());
+    let fresh = writable_fs(store.clone());
+    let attr = fresh.lookup(1, "data").await.unwrap();
+    let fh = fresh.open(attr.ino, false, false).await.unwrap();
+    assert_eq!(&fresh.read(fh, 0, 100).await.unwrap()[..], b"payload");
+}

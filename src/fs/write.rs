@@ -257,7 +257,7 @@ impl Fs {
         }
     }
 
-    async fn commit(&self, target: &Target, data: Bytes) -> FsResult<()> {
+    pub(super) async fn commit(&self, target: &Target, data: Bytes) -> FsResult<()> {
         match target {
             Target::Chunk { array, coords } => Ok(array.write_chunk(coords, Some(data)).await?),
             Target::Stored { key } => {
@@ -484,18 +484,21 @@ impl Fs {
         let (file, handles) = (entry.file.clone(), entry.handles);
         entry.sink = sink.clone();
         self.overlay_put(to, entry);
-        if handles > 0 {
-            return Ok(()); // committed at the new place when its handles close
-        }
         if self.defers(&sink) {
             self.defer(to);
             return Ok(());
         }
+        // Committed now, not when the open handles close: the kernel releases files
+        // asynchronously, and a release that never comes (unmount) must not lose the content.
         let Sink::Commit(target) = &sink else { return Ok(()) };
-        let data = file.state.lock().await.data.to_bytes()?;
+        let mut state = file.state.lock().await;
+        let data = state.data.to_bytes()?;
         self.commit(target, data).await?;
-        file.state.lock().await.dirty = false;
-        self.overlay_remove(to);
+        state.dirty = false;
+        drop(state);
+        if handles == 0 {
+            self.overlay_remove(to);
+        }
         Ok(())
     }
 

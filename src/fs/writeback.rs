@@ -142,6 +142,40 @@ impl Fs {
         due
     }
 
+    /// At unmount or exit: commit every file still holding changes (pending write-back, or open
+    /// handles whose release the kernel never sent), then report the first failure.
+    pub async fn commit_all(&self) -> FsResult<()> {
+        let result = self.write_back(true).await;
+        let dirty: Vec<(String, Arc<super::handles::WriteFile>, Sink)> = {
+            let overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
+            overlay
+                .iter()
+                .map(|(p, e)| (p.clone(), e.file.clone(), e.sink.clone()))
+                .collect()
+        };
+        let mut first_error = result.err();
+        for (path, file, sink) in dirty {
+            let Sink::Commit(target) = sink else { continue };
+            let mut state = file.state.lock().await;
+            if !state.dirty || !state.loaded {
+                continue;
+            }
+            let committed = match state.data.to_bytes() {
+                Ok(data) => self.commit(&target, data).await,
+                Err(e) => Err(e.into()),
+            };
+            match committed {
+                Ok(()) => state.dirty = false,
+                Err(e) => {
+                    self.fail("commit at exit", 0, &e);
+                    tracing::error!(path, "changes could not be committed at exit: {e}");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Commit pending chunk files (all of them with `all`), one rewrite per shard.
     pub async fn write_back(&self, all: bool) -> FsResult<()> {
         let Some(wb) = &self.writeback else { return Ok(()) };
