@@ -468,7 +468,12 @@ impl Fs {
     pub async fn getxattr(&self, ino: u64, name: &str) -> FsResult<Vec<u8>> {
         if name == XATTR_STATS && ino == ROOT_INO {
             let counters = self.counters.as_ref().ok_or(FsError::NoAttribute)?;
-            return serde_json::to_vec(&counters.counts()).map_err(|_| FsError::NoAttribute);
+            let mut stats = match serde_json::to_value(counters.counts()) {
+                Ok(serde_json::Value::Object(map)) => map,
+                _ => return Err(FsError::NoAttribute),
+            };
+            stats.extend(self.view.shard_stats().snapshot());
+            return serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute);
         }
         if name != XATTR_SOURCE {
             return Err(FsError::NoAttribute);

@@ -43,6 +43,8 @@ pub struct ShardOptions {
     /// this mount writes to are always exact: a client creating a directory it just saw
     /// missing must not find it "already there".
     pub exact_prefix_dirs: bool,
+    /// Cache and commit counters, shared by the arrays of a mount.
+    pub stats: Arc<super::ShardStats>,
 }
 
 impl Default for ShardOptions {
@@ -53,6 +55,7 @@ impl Default for ShardOptions {
             data_cache: None,
             revalidate_on_open: true,
             exact_prefix_dirs: true,
+            stats: Default::default(),
         }
     }
 }
@@ -228,8 +231,10 @@ impl ShardedArray {
         let absolute = loc.offset + start;
         if let Some(cache) = &self.options.data_cache {
             if let Some(bytes) = cache.get(&loc.shard_key, &loc.version, absolute, length) {
+                super::ShardStats::add(&self.options.stats.data_hits);
                 return Ok(bytes);
             }
+            super::ShardStats::add(&self.options.stats.data_misses);
             if cache.misses(&loc.shard_key, &loc.version) >= 2 {
                 return self.read_walking(cache, loc, absolute, length).await;
             }
@@ -345,6 +350,7 @@ impl ShardedArray {
         };
         if let Some(cached) = self.cache.get(&key) {
             if cached.age() < max_age {
+                super::ShardStats::add(&self.options.stats.index_hits);
                 return Ok(Some(cached));
             }
             match self.store.head(shard_key).await? {
@@ -359,6 +365,7 @@ impl ShardedArray {
                 }
             }
         }
+        super::ShardStats::add(&self.options.stats.index_misses);
         let Some(level) = self.layout.levels.first() else {
             return Err(bad_layout(&self.prefix));
         };

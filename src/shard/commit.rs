@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::{ShardError, ShardedArray};
+use super::{ShardError, ShardStats, ShardedArray};
 use crate::store::{GetOptions, Precondition, StoreError};
 use crate::zarr::shard_pack::{pack, unpack, ShardContent};
 
@@ -181,11 +181,16 @@ impl ShardedArray {
             self.forget_shard(shard_key);
             match written {
                 Ok(()) if packed_empty => {
+                    ShardStats::add(&self.options.stats.commits);
                     self.prune_dirs(shard_key).await;
                     return Ok(());
                 }
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    ShardStats::add(&self.options.stats.commits);
+                    return Ok(());
+                }
                 Err(StoreError::Conflict { .. }) => {
+                    ShardStats::add(&self.options.stats.conflicts);
                     tracing::debug!(shard_key, attempt, "shard changed during commit; re-reading");
                     tokio::time::sleep(Duration::from_millis(1 << attempt.min(6))).await;
                 }

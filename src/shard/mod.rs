@@ -16,9 +16,11 @@ pub mod data_cache;
 mod error;
 pub mod index_cache;
 mod listing;
+pub mod stats;
 mod store_impl;
 
 pub use array::{ChunkLocation, ShardOptions, ShardedArray};
 pub use data_cache::DataCache;
 pub use error::ShardError;
 pub use index_cache::IndexCache;
+pub use stats::ShardStats;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
-use crate::shard::{DataCache, IndexCache, ShardError, ShardOptions, ShardedArray};
+use crate::shard::{DataCache, IndexCache, ShardError, ShardOptions, ShardStats, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::{ByteRange, DirEntry, EntryKind, GetOptions, Store, StoreError};
 use crate::zarr::key_encoding::ChunkPath;
@@ -129,6 +129,7 @@ pub struct View {
     store: Arc<dyn Store>,
     mode: ViewMode,
     nodes: NodeCache,
+    stats: Arc<ShardStats>,
 }
 
 /// `a/b/c` -> (`a/b`, `c`); `c` -> (`""`, `c`).
@@ -177,13 +178,21 @@ impl View {
             revalidate_on_open: data_cache.is_none(),
             exact_prefix_dirs: data_cache.is_none(),
             data_cache,
+            stats: Arc::new(ShardStats::default()),
         };
+        let stats = shard_options.stats.clone();
         let nodes = NodeCache::new(store.clone(), index_cache, shard_options, options.metadata_ttl);
         View {
             store,
             mode: options.mode,
             nodes,
+            stats,
         }
+    }
+
+    /// Cache and commit counters of the sharding layer.
+    pub fn shard_stats(&self) -> &ShardStats {
+        &self.stats
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
