@@ -1123,6 +1123,7 @@ fn remote_like(prefetch: u64, cache: usize) -> ShardOptions {
         data_cache: Some(Arc::new(zarrfs::shard::DataCache::new(cache))),
         revalidate_on_open: false,
         exact_prefix_dirs: false,
+        ..Default::default()
     }
 }
 
