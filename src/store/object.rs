@@ -110,16 +110,26 @@ impl ObjectBackend {
                 } else {
                     format!("{}/{key}", self.name.trim_end_matches('/'))
                 };
-                let hint = if other.to_string().contains("169.254.169.254") {
-                    " (no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --no-sign-request for public data)"
-                } else {
-                    ""
+                // No credentials: the client fell back to the cloud's instance metadata service.
+                let hint = match (other.to_string().contains("169.254.169.254"), self.flavor) {
+                    (false, _) | (true, Flavor::Http) => "",
+                    (true, Flavor::S3) => " (no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --no-sign-request for public data)",
+                    (true, Flavor::Gcs) => " (no credentials found: set GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS, or use --no-sign-request for public data)",
+                    (true, Flavor::Azure) => " (no credentials found: set AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY, or use --no-sign-request for public data)",
                 };
                 StoreError::Io {
                     key: location,
                     source: std::io::Error::other(format!("{other}{hint}")),
                 }
             }
+        }
+    }
+
+    fn meta_of(&self, meta: &object_store::ObjectMeta) -> ObjectMeta {
+        ObjectMeta {
+            size: meta.size,
+            version: version_of(meta, self.flavor),
+            mtime_ns: meta.last_modified.timestamp_nanos_opt().map(i128::from),
         }
     }
 
@@ -143,25 +153,23 @@ impl ObjectBackend {
     }
 }
 
-/// Our version of an object: its ETag, else its generation, else its mtime and size.
-fn version_of(meta: &object_store::ObjectMeta) -> Version {
-    match (&meta.e_tag, &meta.version) {
-        (Some(etag), _) => Version(etag.clone()),
-        (None, Some(generation)) => Version(format!("g:{generation}")),
-        (None, None) => Version(format!(
+/// Our version of an object: on GCS its generation (what its preconditions name), elsewhere
+/// its ETag; failing those the other one, else its mtime and size.
+fn version_of(meta: &object_store::ObjectMeta, flavor: Flavor) -> Version {
+    let generation = meta.version.as_ref().map(|g| Version(format!("g:{g}")));
+    let etag = meta.e_tag.as_ref().map(|e| Version(e.clone()));
+    let preferred = if flavor == Flavor::Gcs {
+        generation.or(etag)
+    } else {
+        etag.or(generation)
+    };
+    preferred.unwrap_or_else(|| {
+        Version(format!(
             "m:{}:{}",
             meta.last_modified.timestamp_nanos_opt().unwrap_or(0),
             meta.size
-        )),
-    }
-}
-
-fn meta_of(meta: &object_store::ObjectMeta) -> ObjectMeta {
-    ObjectMeta {
-        size: meta.size,
-        version: version_of(meta),
-        mtime_ns: meta.last_modified.timestamp_nanos_opt().map(i128::from),
-    }
+        ))
+    })
 }
 
 /// The version as preconditions want it (ETag, or GCS generation).
@@ -212,23 +220,26 @@ impl Store for ObjectBackend {
                 return Ok(Some(GetResult {
                     bytes: Bytes::new(),
                     offset: start,
-                    meta: meta_of(&meta),
+                    meta: self.meta_of(&meta),
                 }));
             }
             range = Some(GetRange::Bounded(start..end));
         }
+        // Pinned: GCS reads that very generation; the others send If-Match with the ETag.
+        let pinned = opts
+            .if_version
+            .as_ref()
+            .map(|v| v.0.as_str())
+            .filter(|v| !v.starts_with("m:"));
         let options = object_store::GetOptions {
             range,
-            if_match: opts
-                .if_version
-                .as_ref()
-                .map(|v| v.0.clone())
-                .filter(|v| !v.starts_with("m:")),
+            if_match: pinned.filter(|v| !v.starts_with("g:")).map(str::to_string),
+            version: pinned.and_then(|v| v.strip_prefix("g:")).map(str::to_string),
             ..Default::default()
         };
         match self.inner.get_opts(&path, options).await {
             Ok(result) => {
-                let (meta, offset) = (meta_of(&result.meta), result.range.start);
+                let (meta, offset) = (self.meta_of(&result.meta), result.range.start);
                 if let Some(expected) = &opts.if_version {
                     if *expected != meta.version {
                         return Err(StoreError::VersionMismatch {
@@ -255,7 +266,7 @@ impl Store for ObjectBackend {
                     Ok(Some(GetResult {
                         bytes: Bytes::new(),
                         offset: start,
-                        meta: meta_of(&meta),
+                        meta: self.meta_of(&meta),
                     }))
                 } else {
                     Err(self.error(key, e))
@@ -267,7 +278,7 @@ impl Store for ObjectBackend {
 
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
         let path = self.path(key)?;
-        Ok(self.size_of(&path, key).await?.map(|m| meta_of(&m)))
+        Ok(self.size_of(&path, key).await?.map(|m| self.meta_of(&m)))
     }
 
     async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
@@ -292,6 +303,7 @@ impl Store for ObjectBackend {
             .await
             .map_err(|e| self.error(key, e))?;
         match (put.e_tag, put.version) {
+            (_, Some(generation)) if self.flavor == Flavor::Gcs => Ok(Version(format!("g:{generation}"))),
             (Some(etag), _) => Ok(Version(etag)),
             (None, Some(generation)) => Ok(Version(format!("g:{generation}"))),
             (None, None) => Ok(self
@@ -362,7 +374,7 @@ impl Store for ObjectBackend {
             .collect();
         for meta in &listed.objects {
             if let Some(n) = name(&meta.location) {
-                out.push(DirEntry::file(n, meta.size, meta_of(meta).mtime_ns));
+                out.push(DirEntry::file(n, meta.size, self.meta_of(meta).mtime_ns));
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

@@ -137,8 +137,15 @@ fn gcs(url: &Url, opts: &RemoteOptions) -> Result<object_store::gcp::GoogleCloud
         let key: GoogleConfigKey = k.parse().map_err(|_| bad_option(k, "GCS"))?;
         b = b.with_config(key, v);
     }
-    if opts.no_sign_request {
-        b = b.with_skip_signature(true);
+    let has_account = [GoogleConfigKey::ServiceAccount, GoogleConfigKey::ServiceAccountKey]
+        .iter()
+        .any(|k| b.get_config_value(k).is_some_and(|v| !v.is_empty()));
+    if (opts.no_sign_request || emulator.is_some()) && !has_account {
+        // Anonymous: object_store's GCS client takes "no OAuth" from a service account key
+        // (skipping signatures alone still fetches a token).
+        let key =
+            serde_json::json!({"private_key": "", "private_key_id": "", "client_email": "", "disable_oauth": true});
+        b = b.with_skip_signature(true).with_service_account_key(key.to_string());
     }
     b.build().map_err(|e| format!("GCS: {e}"))
 }
