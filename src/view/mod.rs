@@ -130,6 +130,7 @@ pub struct View {
     mode: ViewMode,
     nodes: NodeCache,
     stats: Arc<ShardStats>,
+    read_ahead: u64,
 }
 
 /// `a/b/c` -> (`a/b`, `c`); `c` -> (`""`, `c`).
@@ -187,7 +188,17 @@ impl View {
             mode: options.mode,
             nodes,
             stats,
+            read_ahead: if options.data_cache_bytes > 0 {
+                options.prefetch_bytes
+            } else {
+                0
+            },
         }
+    }
+
+    /// Bytes to read ahead on stored files (remote sources), 0 for none.
+    pub fn read_ahead_bytes(&self) -> u64 {
+        self.read_ahead
     }
 
     /// Cache and commit counters of the sharding layer.
