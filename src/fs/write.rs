@@ -429,6 +429,9 @@ impl Fs {
             let Some(mut entry) = self.overlay_take(from) else {
                 return Err(FsError::NotFound);
             };
+            // Moved before anything is awaited: a release racing with this rename must commit
+            // to the new name, never bring the old one back.
+            entry.file.set_place(Some((to.to_string(), sink.clone())));
             let deferred = self.defers(&sink);
             if deferred {
                 file.state.lock().await.touch();
@@ -466,9 +469,13 @@ impl Fs {
         let Some(mut entry) = self.overlay_take(from) else {
             return Err(FsError::NotFound);
         };
+        // Moved before anything is awaited: a release racing with this rename must commit
+        // to the new name, never bring the old one back.
+        entry.file.set_place(Some((to.to_string(), sink.clone())));
         // The content must be whole before the old name's stored version goes.
         let loaded = self.load(&entry.file).await.map(|mut state| state.touch());
         if let Err(e) = loaded {
+            entry.file.set_place(Some((from.to_string(), from_sink.clone())));
             self.overlay
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
