@@ -23,23 +23,28 @@ missing_debs() {
     done
 }
 
-install_debs() {
-    local wanted=(fuse3 libfuse3-dev pkg-config)
-    # Debian's python3 needs python3-venv for `python3 -m venv` (ensurepip).
-    if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
-        wanted+=(python3-venv)
-    fi
+# apt_install_missing PKG...: install those not installed yet.
+apt_install_missing() {
     local missing
-    missing=$(missing_debs "${wanted[@]}")
+    missing=$(missing_debs "$@")
     if [ -z "$missing" ]; then
-        say "system packages present: ${wanted[*]}"
-        return
+        say "system packages present: $*"
+        return 0
     fi
     say "installing system packages: $(echo $missing)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     # shellcheck disable=SC2086
     apt-get install -y -qq $missing >/dev/null
+}
+
+install_debs() {
+    local wanted=(fuse3 libfuse3-dev pkg-config)
+    # Debian's python3 needs python3-venv for `python3 -m venv` (ensurepip).
+    if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+        wanted+=(python3-venv)
+    fi
+    apt_install_missing "${wanted[@]}"
 }
 
 reqs_hash() {
@@ -73,16 +78,7 @@ NPM_PREFIX="$REPO/.cache/npm"
 install_remote_debs() {
     local wanted=(nginx-light libnginx-mod-http-dav-ext)
     command -v npm >/dev/null || wanted+=(nodejs npm)
-    local missing
-    missing=$(missing_debs "${wanted[@]}")
-    if [ -z "$missing" ]; then
-        return
-    fi
-    say "installing system packages: $(echo $missing)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # shellcheck disable=SC2086
-    apt-get install -y -qq $missing >/dev/null
+    apt_install_missing "${wanted[@]}"
 }
 
 install_remote_venv() {

@@ -13,8 +13,7 @@ objects fetched from the bucket hold every writer's last acknowledged write and 
 strict check. The conflicts the daemons ran into (lost races, re-read and retried: the stats
 xattr's commit_conflicts, cross-checked with the commit's debug log and with the conditional
 writes beyond one per acknowledged chunk write) are recorded in .cache/remote-stats.jsonl.
-A known daemon bug on Azure (a torn shard index read, see KNOWN_TORN_INDEX_READ) turns the
-azure case into an xfail when it strikes, after all the checks above passed."""
+No write may fail, and no daemon may log a corrupt (torn) shard index read."""
 import json
 import re
 import subprocess
@@ -27,46 +26,16 @@ import pytest
 import seed_remote as SR
 import shardindex as si
 from remote import WRITABLE, delta, download_tree, record, remote, remote_view, stats  # noqa: F401
-from writing import build, parse_payload, payload_spec, shard_problems, temp_files
+from writing import (CONCURRENT_WRITER as WRITER, build, parse_payload, payload_spec, shard_problems,
+                     temp_files)
 
 ROUNDS = 13  # x 8 chunk files per writer = 104 writes each
 ARRAY = "shared/arr"
 CONFLICT_LOG = "shard changed during commit"
 
-# Known daemon bug, Azure only: a shard index is read with a suffix range, which on Azure is a
-# HEAD (the size) and then a bounded range GET that is not pinned to the HEAD's ETag. When the
-# other daemon grows the shard in between, the bytes end before the object does, the index is
-# sliced from the wrong place and its crc32c fails: the daemon logs "corrupt shard ...: crc32c
-# mismatch" (seen with op="open" and op="lookup") and the writer's open() fails with EIO,
-# although every polled object parsed. Such failed writes (EIO, no more than the warnings)
-# make the test an xfail once every other check passed; empty this set when the daemon pins
-# that read (or checks that the bytes end at the object's size).
-KNOWN_TORN_INDEX_READ: set = set()
+# A shard index read that mixed two versions of the object shows up as a checksum failure.
 TORN_INDEX_READ = re.compile(r"corrupt shard \S+: crc32c mismatch")
 
-WRITER = r"""
-import json, os, struct, sys, time
-mnt, array, writer, rounds, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-keys = json.loads(sys.argv[6])
-while not os.path.exists(go):
-    time.sleep(0.001)
-acked, errors, count = {}, [], 0
-start = time.monotonic()
-for seq in range(1, rounds + 1):
-    for index, key in keys:
-        data = struct.pack("<4sIII", b"zfsw", writer, index, seq)
-        try:
-            fd = os.open(os.path.join(mnt, array, key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-            acked[key] = seq
-            count += 1
-        except OSError as e:
-            errors.append(f"{key} seq {seq}: {e}")
-print(json.dumps({"acked": acked, "count": count, "errors": errors, "start": start, "end": time.monotonic()}))
-"""
 
 
 class BucketPoller:
@@ -180,17 +149,14 @@ def test_two_remote_mounts_lose_nothing(remote_view, remote, backend, tmp_path, 
            seconds=[round(r["end"] - r["start"], 2) for r in results], overlap=round(overlap, 2),
            heads=[c["head"] for c in counts])
     assert overlap > 0, "the writers did not run at the same time"
-    known = (backend in KNOWN_TORN_INDEX_READ and errors != [] and len(errors) <= sum(torn)
-             and all("[Errno 5]" in e for e in errors))
-    if not known:
-        assert errors == [], f"{len(errors)} writes failed: {errors[:5]}"
+    assert errors == [], f"{len(errors)} writes failed: {errors[:5]}"
+    assert sum(torn) == 0, f"torn shard index reads logged: {torn}"
     assert parse_errors == [], f"a shard failed the check while being written: {parse_errors[:5]}"
     assert regressions == [], (f"lost updates seen while writing ({polls} polls): "
                                f"{regressions[:10]}")
-    for r in results:  # every chunk's last write acknowledged (unless it failed, see above)
+    for r in results:  # every chunk's last write acknowledged
         assert len(r["acked"]) == 8
-        assert all(seq == ROUNDS or f"{key} seq {ROUNDS}:" in " ".join(r["errors"])
-                   for key, seq in r["acked"].items()), r["acked"]
+        assert all(seq == ROUNDS for seq in r["acked"].values()), r["acked"]
     for view in views:
         assert view.alive()
     for view in views:
@@ -208,6 +174,3 @@ def test_two_remote_mounts_lose_nothing(remote_view, remote, backend, tmp_path, 
     assert lost == [], f"{len(lost)} lost updates: {lost}"
     assert sorted(final) == sorted(keys)
     assert temp_files(stored) == []
-    if known:
-        pytest.xfail(f"known daemon bug (torn shard index read on Azure, {sum(torn)} logged): "
-                     f"{len(errors)} writes failed with EIO: {errors[:3]}")

@@ -12,33 +12,11 @@ import time
 import pytest
 
 import shardindex as si
-from writing import (build, mount_writable, parse_payload, payload_spec, shard_problems,
-                     stats, temp_files)
+from writing import (CONCURRENT_WRITER as WRITER, build, mount_writable, parse_payload, payload_spec,
+                     shard_problems, stats, temp_files)
 
 ROUNDS = 25  # x 8 chunk files per writer = 200 writes each
 
-WRITER = r"""
-import json, os, struct, sys, time
-mnt, array, writer, rounds, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-keys = json.loads(sys.argv[6])
-while not os.path.exists(go):
-    time.sleep(0.001)
-acked, errors = {}, []
-start = time.monotonic()
-for seq in range(1, rounds + 1):
-    for index, key in keys:
-        data = struct.pack("<4sIII", b"zfsw", writer, index, seq)
-        try:
-            fd = os.open(os.path.join(mnt, array, key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-            acked[key] = seq
-        except OSError as e:
-            errors.append(f"{key} seq {seq}: {e}")
-print(json.dumps({"acked": acked, "errors": errors, "start": start, "end": time.monotonic()}))
-"""
 
 
 def snapshot(array_dir) -> tuple[dict, list]:

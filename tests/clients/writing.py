@@ -254,4 +254,32 @@ def payload_spec(path: str, shape=(16, 16), shard=(8, 8), location="end", crc=Tr
                        write=False)
 
 
+# A writer process of the concurrency tests: waits for the GO file, then writes its chunk files
+# (plain open/write/close) `rounds` times with (writer, key index, seq) payloads, and prints
+# what was acknowledged: the last seq per key, the count, the errors, start and end times.
+CONCURRENT_WRITER = r"""
+import json, os, struct, sys, time
+mnt, array, writer, rounds, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+keys = json.loads(sys.argv[6])
+while not os.path.exists(go):
+    time.sleep(0.001)
+acked, errors, count = {}, [], 0
+start = time.monotonic()
+for seq in range(1, rounds + 1):
+    for index, key in keys:
+        data = struct.pack("<4sIII", b"zfsw", writer, index, seq)
+        try:
+            fd = os.open(os.path.join(mnt, array, key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            acked[key] = seq
+            count += 1
+        except OSError as e:
+            errors.append(f"{key} seq {seq}: {e}")
+print(json.dumps({"acked": acked, "count": count, "errors": errors, "start": start, "end": time.monotonic()}))
+"""
+
+
 __all__ = ["WRITE_FLAGS", "READ_ONLY_FLAG_SETS", "assert_same_array"]
