@@ -202,12 +202,4 @@ impl<T> HandleTable<T> {
     pub fn remove(&self, fh: u64) -> Option<Arc<T>> {
         self.lock().remove(&fh)
     }
-
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }

@@ -132,10 +132,6 @@ impl ShardedArray {
         &self.inner_grid
     }
 
-    pub fn inner_chunks_per_shard(&self) -> &[u64] {
-        &self.per_shard
-    }
-
     pub(super) fn in_grid(&self, coords: &[u64]) -> bool {
         coords.len() == self.inner_grid.len() && coords.iter().zip(&self.inner_grid).all(|(c, g)| c < g)
     }

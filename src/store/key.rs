@@ -42,14 +42,6 @@ pub fn validate_prefix(prefix: &str) -> Result<(), StoreError> {
     }
 }
 
-/// Join a directory prefix and a child name.
-pub fn join(prefix: &str, name: &str) -> String {
-    let mut key = String::with_capacity(prefix.len() + name.len());
-    key.push_str(prefix);
-    key.push_str(name);
-    key
-}
-
 /// The prefix form of a directory key: `""` stays `""`, `"a/b"` becomes `"a/b/"`.
 pub fn dir_prefix(dir: &str) -> String {
     if dir.is_empty() {
@@ -80,6 +72,5 @@ mod tests {
         assert!(validate_prefix("a/b").is_err());
         assert!(validate_prefix("/").is_err());
         assert_eq!(dir_prefix("a"), "a/");
-        assert_eq!(join("a/", "b"), "a/b");
     }
 }

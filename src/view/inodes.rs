@@ -129,7 +129,7 @@ impl InodeTable {
     }
 
     pub fn is_empty(&self) -> bool {
-        false
+        self.len() == 0
     }
 }
 
