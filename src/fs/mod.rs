@@ -505,6 +505,10 @@ impl Fs {
                 Ok(serde_json::Value::Object(map)) => map,
                 _ => return Err(FsError::NoAttribute),
             };
+            let wire = crate::store::Store::wire_counts(counters.as_ref()).unwrap_or_default();
+            if let Ok(serde_json::Value::Object(wire)) = serde_json::to_value(wire) {
+                stats.extend(wire);
+            }
             stats.extend(self.view.shard_stats().snapshot());
             return serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute);
         }

@@ -127,6 +127,10 @@ impl Store for CountingStore {
         self.inner.conditional_writes()
     }
 
+    fn wire_counts(&self) -> Option<super::transport::WireCounts> {
+        self.inner.wire_counts()
+    }
+
     async fn set_partial_values(&self, values: &[(String, u64, Bytes)]) -> StoreResult<()> {
         self.counters.set.fetch_add(values.len() as u64, Relaxed);
         let bytes: usize = values.iter().map(|(_, _, b)| b.len()).sum();

@@ -23,6 +23,7 @@ pub mod memory;
 pub mod object;
 pub mod remote;
 mod sweep;
+pub mod transport;
 mod types;
 
 pub use error::StoreError;
@@ -95,6 +96,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Whether this store enforces preconditions of `set_if` / `erase_if` itself.
     fn conditional_writes(&self) -> bool {
         false
+    }
+
+    /// What went over the wire (remote stores): requests, transient failures, retries.
+    fn wire_counts(&self) -> Option<transport::WireCounts> {
+        None
     }
 
     async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {

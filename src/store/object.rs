@@ -24,6 +24,7 @@ use object_store::path::Path;
 use object_store::{GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
 use super::key::{validate, validate_prefix};
+use super::transport::{WireCounts, WireStats};
 use super::{
     ByteRange, Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Precondition, Store, StoreError, StoreResult,
     Version,
@@ -47,6 +48,8 @@ pub struct ObjectBackend {
     writable: bool,
     /// For messages: the source URL.
     name: String,
+    /// Counters of the HTTP client under `inner`, when it was built with them.
+    wire: Option<Arc<WireStats>>,
 }
 
 impl ObjectBackend {
@@ -59,7 +62,14 @@ impl ObjectBackend {
             flavor,
             writable,
             name,
+            wire: None,
         }
+    }
+
+    /// Publish the counters the client's connector keeps (see [`super::transport`]).
+    pub fn with_wire_stats(mut self, wire: Arc<WireStats>) -> Self {
+        self.wire = Some(wire);
+        self
     }
 
     pub fn flavor(&self) -> Flavor {
@@ -268,6 +278,10 @@ fn update_version(v: &Version) -> UpdateVersion {
 
 #[async_trait]
 impl Store for ObjectBackend {
+    fn wire_counts(&self) -> Option<WireCounts> {
+        self.wire.as_ref().map(|w| w.counts())
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             readable: true,

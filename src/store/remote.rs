@@ -5,7 +5,8 @@
 //! `--no-sign-request`) and `-o key=value` options in `object_store`'s own vocabulary. Unknown
 //! option keys are errors, not silently ignored. Requests get bounded timeouts and a short
 //! retry budget, so an unreachable endpoint fails in seconds, and a bounded number run at once.
-//! `STORAGE_EMULATOR_HOST` points GCS at an emulator, as Google's own clients do.
+//! `STORAGE_EMULATOR_HOST` points GCS at an emulator, as Google's own clients do. Every client
+//! sends through a counting connector (`transport`), so retries show in the mount's counters.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use object_store::{ClientConfigKey, ObjectStore, RetryConfig};
 use url::Url;
 
 use super::object::{Flavor, ObjectBackend};
+use super::transport::{CountingConnector, WireStats};
 
 /// Requests in flight at once per mount.
 const MAX_CONCURRENT_REQUESTS: usize = 64;
@@ -65,21 +67,17 @@ pub fn open(source: &str, opts: &RemoteOptions, writable: bool) -> Result<Object
         return Err(format!("{source}: the URL names no bucket, container or host"));
     }
     let prefix = url.path().trim_matches('/').to_string();
+    let wire = Arc::new(WireStats::default());
+    let connector = || CountingConnector::new(wire.clone());
     let (store, flavor): (Arc<dyn ObjectStore>, Flavor) = match scheme.as_str() {
-        "s3" | "s3a" => (Arc::new(s3(&url, opts)?), Flavor::S3),
-        "gs" => (Arc::new(gcs(&url, opts)?), Flavor::Gcs),
-        "az" | "azure" | "abfs" | "abfss" | "adl" => (Arc::new(azure(&url, opts)?), Flavor::Azure),
-        "http" | "https" => (Arc::new(http(&url, opts)?), Flavor::Http),
+        "s3" | "s3a" => (Arc::new(s3(&url, opts, connector())?), Flavor::S3),
+        "gs" => (Arc::new(gcs(&url, opts, connector())?), Flavor::Gcs),
+        "az" | "azure" | "abfs" | "abfss" | "adl" => (Arc::new(azure(&url, opts, connector())?), Flavor::Azure),
+        "http" | "https" => (Arc::new(http(&url, opts, connector())?), Flavor::Http),
         other => return Err(format!("{source}: unsupported scheme {other}://")),
     };
     let limited: Arc<dyn ObjectStore> = Arc::new(LimitStore::new(store, MAX_CONCURRENT_REQUESTS));
-    Ok(ObjectBackend::new(
-        limited,
-        &prefix,
-        flavor,
-        writable,
-        source.to_string(),
-    ))
+    Ok(ObjectBackend::new(limited, &prefix, flavor, writable, source.to_string()).with_wire_stats(wire))
 }
 
 /// The URL's bucket/container with no path: what builders parse.
@@ -93,8 +91,11 @@ fn options(opts: &RemoteOptions) -> impl Iterator<Item = (&str, &str)> {
         .chain(opts.options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
-fn s3(url: &Url, opts: &RemoteOptions) -> Result<object_store::aws::AmazonS3, String> {
-    let mut b = AmazonS3Builder::from_env().with_url(root_url(url)).with_retry(retry());
+fn s3(url: &Url, opts: &RemoteOptions, connector: CountingConnector) -> Result<object_store::aws::AmazonS3, String> {
+    let mut b = AmazonS3Builder::from_env()
+        .with_url(root_url(url))
+        .with_retry(retry())
+        .with_http_connector(connector);
     for (k, v) in options(opts) {
         let key: AmazonS3ConfigKey = k.parse().map_err(|_| bad_option(k, "S3"))?;
         b = b.with_config(key, v);
@@ -113,10 +114,15 @@ fn s3(url: &Url, opts: &RemoteOptions) -> Result<object_store::aws::AmazonS3, St
     b.build().map_err(|e| format!("S3: {e}"))
 }
 
-fn gcs(url: &Url, opts: &RemoteOptions) -> Result<object_store::gcp::GoogleCloudStorage, String> {
+fn gcs(
+    url: &Url,
+    opts: &RemoteOptions,
+    connector: CountingConnector,
+) -> Result<object_store::gcp::GoogleCloudStorage, String> {
     let mut b = GoogleCloudStorageBuilder::from_env()
         .with_url(root_url(url))
-        .with_retry(retry());
+        .with_retry(retry())
+        .with_http_connector(connector);
     let emulator = std::env::var("STORAGE_EMULATOR_HOST").ok().filter(|h| !h.is_empty());
     let base = opts.endpoint.clone().or_else(|| {
         emulator.as_ref().map(|h| {
@@ -150,10 +156,15 @@ fn gcs(url: &Url, opts: &RemoteOptions) -> Result<object_store::gcp::GoogleCloud
     b.build().map_err(|e| format!("GCS: {e}"))
 }
 
-fn azure(url: &Url, opts: &RemoteOptions) -> Result<object_store::azure::MicrosoftAzure, String> {
+fn azure(
+    url: &Url,
+    opts: &RemoteOptions,
+    connector: CountingConnector,
+) -> Result<object_store::azure::MicrosoftAzure, String> {
     let mut b = MicrosoftAzureBuilder::from_env()
         .with_url(url.as_str())
-        .with_retry(retry());
+        .with_retry(retry())
+        .with_http_connector(connector);
     for (k, v) in options(opts) {
         let key: AzureConfigKey = k.parse().map_err(|_| bad_option(k, "Azure"))?;
         b = b.with_config(key, v);
@@ -169,9 +180,16 @@ fn azure(url: &Url, opts: &RemoteOptions) -> Result<object_store::azure::Microso
     b.build().map_err(|e| format!("Azure: {e}"))
 }
 
-fn http(url: &Url, opts: &RemoteOptions) -> Result<object_store::http::HttpStore, String> {
+fn http(
+    url: &Url,
+    opts: &RemoteOptions,
+    connector: CountingConnector,
+) -> Result<object_store::http::HttpStore, String> {
     let base = &url[..url::Position::BeforePath];
-    let mut b = HttpBuilder::new().with_url(base).with_retry(retry());
+    let mut b = HttpBuilder::new()
+        .with_url(base)
+        .with_retry(retry())
+        .with_http_connector(connector);
     for (k, v) in options(opts) {
         let key: ClientConfigKey = k.parse().map_err(|_| bad_option(k, "HTTP"))?;
         b = b.with_config(key, v);

@@ -1,8 +1,12 @@
-//! GCS generation preconditions, through the real `object_store` GCS client and our object
-//! backend, against an in-process fake of the GCS XML API that enforces them. No local GCS
-//! emulator does (fake-gcs-server ignores `x-goog-if-generation-match`), so this fake checks
-//! the request path: the headers our conditional writes send, the generations our versions
-//! carry, and how refusals come back (conflicts, never silent overwrites).
+//! The real `object_store` GCS client and our object backend against an in-process fake of the
+//! GCS XML API.
+//!
+//! - Generation preconditions: no local GCS emulator enforces them (fake-gcs-server ignores
+//!   `x-goog-if-generation-match`), so this fake does, and checks the request path: the headers
+//!   our conditional writes send, the generations our versions carry, and how refusals come
+//!   back (conflicts, never silent overwrites).
+//! - Transient failures: the fake answers 503 or breaks a body off on demand, and the wire
+//!   counters must show each failure and each retry.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
 use zarrfs::store::remote::{open, RemoteOptions};
+use zarrfs::store::transport::WireCounts;
 use zarrfs::store::{ByteRange, GetOptions, Precondition, Store, StoreError};
 
 /// Objects by path, with their generation; every request seen (method, path, precondition).
@@ -20,6 +25,10 @@ struct Fake {
     objects: HashMap<String, (Vec<u8>, u64)>,
     next_generation: u64,
     seen: Vec<(String, String, Option<String>)>,
+    /// Requests still to be answered `503 Service Unavailable`.
+    fail_next: u32,
+    /// Full GETs still to be broken off after half their body.
+    break_next_body: u32,
 }
 
 struct Request {
@@ -104,6 +113,10 @@ fn handle(fake: &Mutex<Fake>, req: Request) -> Vec<u8> {
     let precondition = req.headers.get("x-goog-if-generation-match").cloned();
     fake.seen
         .push((req.method.clone(), req.path.clone(), precondition.clone()));
+    if fake.fail_next > 0 {
+        fake.fail_next -= 1;
+        return response("503 Service Unavailable", &[], b"<Error><Code>SlowDown</Code></Error>");
+    }
     let current = fake.objects.get(&req.path).map(|(_, g)| *g);
     match req.method.as_str() {
         "PUT" => {
@@ -165,6 +178,12 @@ fn handle(fake: &Mutex<Fake>, req: Request) -> Vec<u8> {
                         format!("bytes {a}-{}/{total}", b.saturating_sub(1)),
                     ));
                     response("206 Partial Content", &h, &data[a..b])
+                }
+                _ if req.method == "GET" && fake.break_next_body > 0 => {
+                    fake.break_next_body -= 1;
+                    let mut r = response("200 OK", &h, &body);
+                    r.truncate(r.len() - body.len() / 2); // the connection closes mid-body
+                    r
                 }
                 _ => {
                     let mut r = response("200 OK", &h, &body);
@@ -274,4 +293,62 @@ async fn gcs_writes_carry_generation_preconditions_and_refusals_are_conflicts() 
         "{seen:?}"
     );
     assert_eq!(fake.lock().unwrap().objects["/bucket/data.zarr/c/0/0"].0, b"two");
+}
+
+fn wire(store: &dyn Store) -> WireCounts {
+    store.wire_counts().expect("remote backends count what they send")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_failures_are_retried_and_counted() {
+    let fake = Arc::new(Mutex::new(Fake::default()));
+    let endpoint = serve(fake.clone()).await;
+    let options = RemoteOptions {
+        endpoint: Some(endpoint),
+        no_sign_request: true,
+        ..Default::default()
+    };
+    let store = open("gs://bucket/data.zarr", &options, true).expect("GCS backend");
+    let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    store.set("c/0", Bytes::from(data.clone())).await.unwrap();
+    let start = wire(&store);
+    assert_eq!((start.http_failures, start.retries), (0, 0), "{start:?}");
+
+    // Two 503s, then the answer: three requests, two failures, two retries.
+    fake.lock().unwrap().fail_next = 2;
+    let got = store.get("c/0", GetOptions::default()).await.unwrap().unwrap();
+    assert_eq!(got.bytes.to_vec(), data);
+    let after_503 = wire(&store);
+    assert_eq!(
+        (
+            after_503.http_requests - start.http_requests,
+            after_503.http_failures,
+            after_503.retries
+        ),
+        (3, 2, 2),
+        "{after_503:?}"
+    );
+
+    // A body broken off halfway: the client resumes the rest with a ranged request.
+    fake.lock().unwrap().break_next_body = 1;
+    let got = store.get("c/0", GetOptions::default()).await.unwrap().unwrap();
+    assert_eq!(got.bytes.to_vec(), data, "resumed body");
+    let after_break = wire(&store);
+    assert_eq!(
+        (
+            after_break.http_requests - after_503.http_requests,
+            after_break.http_failures - after_503.http_failures,
+            after_break.retries - after_503.retries
+        ),
+        (2, 1, 1),
+        "{after_break:?}"
+    );
+
+    // A request failing for good: the retry budget (4) is spent, then the read fails.
+    fake.lock().unwrap().fail_next = 100;
+    let failed = store.get("c/0", GetOptions::default()).await;
+    assert!(failed.is_err(), "{failed:?}");
+    let after_give_up = wire(&store);
+    assert_eq!(after_give_up.retries - after_break.retries, 4, "{after_give_up:?}");
+    assert_eq!(after_give_up.http_failures - after_break.http_failures, 5);
 }
