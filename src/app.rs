@@ -17,6 +17,7 @@ use crate::cli::{Cli, Command, MountSettings, SourceSpec};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::session::{self, MountConfig};
 use crate::store::counting::CountingStore;
+use crate::store::list_cache::ListCache;
 use crate::store::local::LocalStore;
 use crate::store::Store;
 use crate::view::{View, ViewOptions};
@@ -104,8 +105,7 @@ fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
     let path = match &settings.source {
         SourceSpec::Local(path) => absolute(path).context("source")?,
         SourceSpec::Remote { url, .. } => {
-            let lower = url.to_ascii_lowercase();
-            if settings.writable && (lower.starts_with("http://") || lower.starts_with("https://")) {
+            if settings.writable && crate::store::remote::is_http_url(url) {
                 eprintln!("zarrfs: HTTP sources are read-only: mounting {url} read-only");
                 settings.writable = false;
             }
@@ -185,7 +185,18 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     let backend = open_store(&settings.source, settings.writable)?;
     runtime.block_on(check_reachable(&*backend, &settings.source))?;
     let counters = Arc::new(CountingStore::new(backend));
-    let store: Arc<dyn Store> = counters.clone();
+    let store: Arc<dyn Store> = match &settings.source {
+        // Remote listings are slow and asked for again and again: kept for the metadata TTL.
+        SourceSpec::Remote { url, .. } => {
+            let cache = ListCache::new(counters.clone(), settings.metadata_ttl);
+            Arc::new(if crate::store::remote::is_http_url(url) {
+                cache.incomplete_listings()
+            } else {
+                cache
+            })
+        }
+        SourceSpec::Local(_) => counters.clone(),
+    };
     let options = ViewOptions {
         mode: settings.view,
         // Indexes get a quarter of the cache when shard bytes are cached too (remote sources).

@@ -17,6 +17,7 @@
 pub mod counting;
 pub mod error;
 pub mod key;
+pub mod list_cache;
 pub mod local;
 mod lock;
 pub mod memory;

@@ -44,6 +44,12 @@ pub fn is_remote_url(source: &str) -> bool {
     )
 }
 
+/// Plain HTTP(S) sources (read-only; listings from the server's index pages).
+pub fn is_http_url(source: &str) -> bool {
+    let scheme = source.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    matches!(scheme.as_deref(), Some("http" | "https"))
+}
+
 fn retry() -> RetryConfig {
     RetryConfig {
         max_retries: 4,

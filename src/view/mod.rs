@@ -327,6 +327,11 @@ impl View {
     }
 
     async fn lookup_stored(&self, path: &str) -> Result<Option<Node>, ViewError> {
+        // A group or array seen within the TTL needs no request (a directory holding a
+        // metadata document wins over an object of the same name, which no Zarr client makes).
+        if self.nodes.known_dir(path) {
+            return Ok(Some(Node::dir()));
+        }
         if let Some(meta) = self.store.head(path).await? {
             let source = Source::Stored { key: path.to_string() };
             return Ok(Some(Node {

@@ -79,6 +79,11 @@ impl NodeCache {
             .map(|c| (c.info.clone(), c.version.clone(), c.checked_at.elapsed()))
     }
 
+    /// Whether `dir` was seen holding a metadata document less than the TTL ago: a directory.
+    pub fn known_dir(&self, dir: &str) -> bool {
+        matches!(self.cached(dir), Some((_, Some(_), age)) if age < self.ttl)
+    }
+
     fn remember(&self, dir: &str, info: NodeInfo, version: Option<Version>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.put(

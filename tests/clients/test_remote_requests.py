@@ -75,3 +75,52 @@ def test_cold_cp_r_gets_per_shard(remote_view, tree, backend, path, tmp_path):
     assert copied == set(chunks), "the copy does not hold exactly the chunk files"
     assert per_shard <= 1.2, (f"cold cp -r of {path} on {backend}: {d['get']} GETs for "
                               f"{len(shards)} shards = {per_shard:.2f} per shard ({d})")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_warm_cp_r_sends_nothing(remote_view, tree, backend, tmp_path):
+    """A second `cp -r` of an array within the metadata TTL is served from the caches: shard
+    bytes, indexes and listings alike. Not one request."""
+    path = COPIED[0]
+    view = remote_view(backend, "--read-only")
+    chunks = si.expected_chunk_files(si.load_layout(tree.root / path))
+    for i in range(2):
+        before = stats(view)
+        res = subprocess.run(["cp", "-r", str(view.path(path)), str(tmp_path / f"copy{i}")],
+                             capture_output=True, text=True, timeout=280)
+        assert res.returncode == 0, f"cp -r failed: {res.stderr}"
+        d = delta(before, stats(view))
+        copied = {k: (tmp_path / f"copy{i}" / k).read_bytes()
+                  for k in walk_files(tmp_path / f"copy{i}") if k != "zarr.json"}
+        assert copied == chunks, "the copy does not hold exactly the chunk files"
+    record("warm cp -r", backend=backend, array=path, chunk_files=len(chunks), copy=d)
+    sent = {k: d[k] for k in ("get", "head", "list", "list_dir", "http_requests")}
+    assert sent == dict.fromkeys(sent, 0), f"warm cp -r of {path} on {backend} sent requests: {d}"
+
+
+def test_listings_follow_other_writers_after_the_ttl(remote_view, remote, tree, tmp_path):
+    """Listings are kept for --metadata-ttl: a shard another client deletes leaves the chunk
+    listing once the TTL has passed (and not one listing is sent while it holds)."""
+    import shutil
+    import time
+
+    import seed_remote as SR
+    path = "ts/u8_2d_many_files_dot"
+    prefix = remote.seed("s3", tree.root / path, "ttl-listing")
+    view = remote_view("s3", "--read-only", "--metadata-ttl", "1", prefix=prefix)
+    layout = si.load_layout(tree.root / path)
+    victim = sorted(si.stored_shards(layout).values())[0]
+    after_delete = tmp_path / "array"
+    shutil.copytree(tree.root / path, after_delete)
+    (after_delete / victim.name).unlink()
+    before = {"zarr.json", *si.expected_chunk_files(layout)}
+    after = {"zarr.json", *si.expected_chunk_files(si.load_layout(after_delete))}
+    assert after < before
+
+    assert set(os.listdir(view.path())) == before
+    s0 = stats(view)
+    assert set(os.listdir(view.path())) == before
+    assert delta(s0, stats(view))["list_dir"] == 0, "a listing within the TTL was sent again"
+    SR.s3_client().delete_object(Bucket=SR.BUCKET, Key=SR.join_key(prefix, victim.name))
+    time.sleep(1.5)
+    assert set(os.listdir(view.path())) == after, "a shard deleted by another writer still listed"
