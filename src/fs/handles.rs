@@ -30,17 +30,8 @@ pub struct FileHandle {
     /// Opened for writing: only such handles commit (a reader of a file being written sees its
     /// content but never stores it).
     pub can_write: bool,
-    /// Read-ahead of a stored file on a remote source: the last window read, and the version
-    /// every later window of this handle is pinned to.
-    pub window: tokio::sync::Mutex<Option<Window>>,
-}
-
-/// Bytes of a stored file read ahead, from `offset`, of one version.
-#[derive(Debug)]
-pub struct Window {
-    pub offset: u64,
-    pub bytes: Bytes,
-    pub version: crate::store::Version,
+    /// Read-ahead of a stored file on a remote source.
+    pub read_ahead: super::read_ahead::ReadAhead,
 }
 
 impl FileHandle {
@@ -51,7 +42,7 @@ impl FileHandle {
             snapshot: tokio::sync::Mutex::new(None),
             writer: None,
             can_write: false,
-            window: tokio::sync::Mutex::new(None),
+            read_ahead: Default::default(),
         }
     }
 
@@ -62,7 +53,7 @@ impl FileHandle {
             snapshot: tokio::sync::Mutex::new(None),
             writer: Some(file),
             can_write,
-            window: tokio::sync::Mutex::new(None),
+            read_ahead: Default::default(),
         }
     }
 }

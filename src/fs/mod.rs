@@ -8,6 +8,7 @@
 pub mod buffer;
 pub mod error;
 pub mod handles;
+mod read_ahead;
 mod write;
 pub mod writeback;
 
@@ -293,7 +294,13 @@ impl Fs {
         let node = handle.node.as_ref().ok_or(FsError::BadHandle)?;
         let len = u64::from(size);
         if let (Source::Stored { key }, ahead @ 1..) = (&node.source, self.view.read_ahead_bytes()) {
-            return self.read_ahead(&handle, key, offset, len, ahead).await;
+            let target = read_ahead::Target {
+                store: self.view.store(),
+                key,
+                size: node.size,
+                ahead,
+            };
+            return handle.read_ahead.read(&target, offset, len).await;
         }
         let snapshotted = matches!(node.source, Source::Chunk { .. }) && node.size <= SNAPSHOT_LIMIT;
         if !snapshotted {
@@ -306,36 +313,6 @@ impl Fs {
         let whole = snapshot.as_ref().cloned().unwrap_or_default();
         let (start, end) = ByteRange::Range { offset, length: len }.resolve(whole.len() as u64);
         Ok(whole.slice(start as usize..end as usize))
-    }
-
-    /// A read of a stored file on a remote source: served from the handle's window, or a new
-    /// window of `ahead` bytes from `offset`, pinned to the version of the handle's first
-    /// window (a file replaced while open fails with ESTALE rather than mixing versions).
-    async fn read_ahead(&self, handle: &FileHandle, key: &str, offset: u64, len: u64, ahead: u64) -> FsResult<Bytes> {
-        let mut window = handle.window.lock().await;
-        if let Some(w) = window.as_ref() {
-            let start = offset.checked_sub(w.offset).filter(|s| *s <= w.bytes.len() as u64);
-            if let Some(start) = start.filter(|s| s + len <= w.bytes.len() as u64) {
-                return Ok(w.bytes.slice(start as usize..(start + len) as usize));
-            }
-        }
-        let range = ByteRange::Range {
-            offset,
-            length: len.max(ahead),
-        };
-        let opts = match window.as_ref() {
-            Some(w) => crate::store::GetOptions::pinned(range, w.version.clone()),
-            None => crate::store::GetOptions::range(range),
-        };
-        let got = self.view.store().get(key, opts).await?;
-        let got = got.ok_or_else(|| crate::view::ViewError::Vanished(key.to_string()))?;
-        let out = got.bytes.slice(..(len as usize).min(got.bytes.len()));
-        *window = Some(handles::Window {
-            offset: got.offset,
-            bytes: got.bytes,
-            version: got.meta.version,
-        });
-        Ok(out)
     }
 
     /// Open a directory: its listing is taken now and read from the handle.
