@@ -100,16 +100,17 @@ pub struct MountArgs {
     /// K, M, G allowed; default 64M for local sources, 512M for remote ones).
     #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Caching")]
     pub cache_size: Option<u64>,
-    /// Bytes read along with a shard's index, so that a shard that fits costs one request
-    /// (default 8M for remote sources, 0 for local ones).
+    /// Bytes read along with a shard's index, so that a shard that fits costs one request, and
+    /// the read-ahead window of large stored files (default 8M for remote sources, 0 for local
+    /// ones).
     #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Caching")]
     pub prefetch_size: Option<u64>,
     /// Memory for the content of files being written, in bytes (suffixes K, M, G); beyond it
     /// they spill to unlinked files in the temporary directory ($TMPDIR).
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size, help_heading = "Caching")]
     pub write_buffer_size: u64,
-    /// Seconds for which metadata and shard indexes are trusted before being checked again, or
-    /// `indefinite` (default 1 for local sources, 60 for remote ones).
+    /// Seconds for which metadata, shard indexes and (remote) listings are trusted before being
+    /// checked again, or `indefinite` (default 1 for local sources, 60 for remote ones).
     #[arg(long, value_name = "SECONDS|indefinite", value_parser = parse_ttl, help_heading = "Caching")]
     pub metadata_ttl: Option<Duration>,
 }
