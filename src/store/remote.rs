@@ -50,10 +50,14 @@ pub fn is_http_url(source: &str) -> bool {
     matches!(scheme.as_deref(), Some("http" | "https"))
 }
 
+/// Retries of one request, and the time within which they may happen.
+const MAX_RETRIES: usize = 4;
+const RETRY_BUDGET: Duration = Duration::from_secs(30);
+
 fn retry() -> RetryConfig {
     RetryConfig {
-        max_retries: 4,
-        retry_timeout: Duration::from_secs(30),
+        max_retries: MAX_RETRIES,
+        retry_timeout: RETRY_BUDGET,
         ..Default::default()
     }
 }
@@ -73,7 +77,7 @@ pub fn open(source: &str, opts: &RemoteOptions, writable: bool) -> Result<Object
         return Err(format!("{source}: the URL names no bucket, container or host"));
     }
     let prefix = url.path().trim_matches('/').to_string();
-    let wire = Arc::new(WireStats::default());
+    let wire = Arc::new(WireStats::new(MAX_RETRIES, RETRY_BUDGET));
     let connector = || CountingConnector::new(wire.clone());
     let (store, flavor): (Arc<dyn ObjectStore>, Flavor) = match scheme.as_str() {
         "s3" | "s3a" => (Arc::new(s3(&url, opts, connector())?), Flavor::S3),

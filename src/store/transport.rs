@@ -1,29 +1,35 @@
 //! Counting what remote sources send over the wire, retries included.
 //!
-//! `object_store` retries transient failures (5xx, 408, 429, connection errors, bodies broken
-//! mid-stream) inside its client, with backoff, and offers no hook to observe them. It does let
-//! a builder take an [`HttpConnector`]: this module wraps the default (reqwest) connector in
-//! one whose service counts each request it sends, each transient failure it sees, and each
-//! request that repeats, same method and URI, one that failed: a retry. (A retried ranged GET
-//! resumes with another `Range` header but the same URI.) The counters are published with the
-//! mount's other counters (`user.zarrfs.stats`).
+//! `object_store` retries transient failures inside its client, with backoff, and offers no
+//! hook to observe them. It does let a builder take an [`HttpConnector`]: this module wraps the
+//! default (reqwest) connector in one whose service counts each request it sends and each
+//! transient failure it sees (5xx, 408 and 429 answers, transport errors, bodies broken off).
+//!
+//! A retry is a request that repeats, same method and URI, one that failed in a way the client
+//! retries (a retried ranged GET resumes with another `Range` header but the same URI). The
+//! client's rules are mirrored so that a failure it gives up on is not taken for awaiting a
+//! retry: transport errors before sending, or timeouts of safe methods; broken bodies of GETs
+//! that carry an ETag (the client resumes only those); and never more than `max_retries` in a
+//! row, nor after the retry budget. The counters are published with the mount's other counters
+//! (`user.zarrfs.stats`).
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use object_store::client::{
-    ClientOptions, HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpResponseBody, HttpService,
-    ReqwestConnector,
+    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpResponseBody,
+    HttpService, ReqwestConnector,
 };
 
-/// Failed requests remembered while waiting for their retry; past this the memory is dropped
-/// (a failure object_store gave up on is never retried, and must not pile up).
+/// Failed requests remembered while waiting for their retry; past this, those older than the
+/// retry budget are dropped.
 const MAX_REMEMBERED_FAILURES: usize = 1024;
 
 /// A snapshot of the wire counters.
@@ -37,16 +43,39 @@ pub struct WireCounts {
     pub retries: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WireStats {
     requests: AtomicU64,
     failures: AtomicU64,
     retries: AtomicU64,
-    /// "METHOD URI" of failed requests not yet repeated, with how many.
-    failed: Mutex<HashMap<String, u32>>,
+    /// As the client is configured: retries per operation, and their time budget.
+    max_retries: u32,
+    budget: Duration,
+    /// "METHOD URI" of requests that failed, with their run of failures.
+    failed: Mutex<HashMap<String, Run>>,
+}
+
+/// Failures in a row of one request.
+#[derive(Debug)]
+struct Run {
+    failures: u32,
+    first: Instant,
+    /// The last failure is one the client retries, and the retry has not been sent yet.
+    awaiting_retry: bool,
 }
 
 impl WireStats {
+    pub fn new(max_retries: usize, budget: Duration) -> Self {
+        WireStats {
+            requests: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            max_retries: u32::try_from(max_retries).unwrap_or(u32::MAX),
+            budget,
+            failed: Mutex::new(HashMap::new()),
+        }
+    }
+
     pub fn counts(&self) -> WireCounts {
         WireCounts {
             http_requests: self.requests.load(Relaxed),
@@ -55,25 +84,52 @@ impl WireStats {
         }
     }
 
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn sent(&self, request: &str) {
         self.requests.fetch_add(1, Relaxed);
-        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = failed.get_mut(request) {
-            *n -= 1;
-            if *n == 0 {
-                failed.remove(request);
-            }
+        let mut runs = self.runs();
+        let Some(run) = runs.get_mut(request) else {
+            return;
+        };
+        if run.awaiting_retry && run.first.elapsed() <= self.budget {
+            run.awaiting_retry = false;
             self.retries.fetch_add(1, Relaxed);
+        } else {
+            runs.remove(request); // a new request for the same object
         }
     }
 
-    fn failed(&self, request: &str) {
+    /// A transient failure; `retried` whether the client retries such a failure at all.
+    fn failed(&self, request: &str, retried: bool) {
         self.failures.fetch_add(1, Relaxed);
-        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-        if failed.len() >= MAX_REMEMBERED_FAILURES {
-            failed.clear();
+        let mut runs = self.runs();
+        if runs.len() >= MAX_REMEMBERED_FAILURES {
+            runs.retain(|_, run| run.first.elapsed() <= self.budget);
+            if runs.len() >= MAX_REMEMBERED_FAILURES {
+                runs.clear();
+            }
         }
-        *failed.entry(request.to_string()).or_insert(0) += 1;
+        let run = runs.entry(request.to_string()).or_insert(Run {
+            failures: 0,
+            first: Instant::now(),
+            awaiting_retry: false,
+        });
+        run.failures += 1;
+        run.awaiting_retry = retried && run.failures <= self.max_retries;
+        if !run.awaiting_retry {
+            runs.remove(request); // given up
+        }
+    }
+
+    /// An answer the client takes: the run of failures of this request is over.
+    fn answered(&self, request: &str) {
+        let mut runs = self.runs();
+        if !runs.is_empty() {
+            runs.remove(request);
+        }
     }
 }
 
@@ -116,23 +172,34 @@ struct CountingService {
 impl HttpService for CountingService {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let request = format!("{} {}", req.method(), req.uri());
+        let safe = req.method() == http::Method::GET || req.method() == http::Method::HEAD;
         self.stats.sent(&request);
         match self.inner.execute(req).await {
             Ok(response) => {
                 if transient(response.status()) {
-                    self.stats.failed(&request);
+                    self.stats.failed(&request, true);
+                } else {
+                    self.stats.answered(&request);
                 }
+                // Only a GET with an ETag is resumed when its body breaks off.
+                let resumable = safe && response.headers().contains_key(http::header::ETAG);
                 let stats = self.stats.clone();
                 Ok(response.map(|body| {
                     HttpResponseBody::new(WatchedBody {
                         inner: body,
                         request,
+                        resumable,
                         stats,
                     })
                 }))
             }
             Err(e) => {
-                self.stats.failed(&request);
+                let retried = match e.kind() {
+                    HttpErrorKind::Connect | HttpErrorKind::Request => true,
+                    HttpErrorKind::Timeout | HttpErrorKind::Interrupted => safe,
+                    _ => false,
+                };
+                self.stats.failed(&request, retried);
                 Err(e)
             }
         }
@@ -143,6 +210,7 @@ impl HttpService for CountingService {
 struct WatchedBody {
     inner: HttpResponseBody,
     request: String,
+    resumable: bool,
     stats: Arc<WireStats>,
 }
 
@@ -153,7 +221,7 @@ impl Body for WatchedBody {
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(Some(Err(_))) = &polled {
-            self.stats.failed(&self.request);
+            self.stats.failed(&self.request, self.resumable);
         }
         polled
     }
@@ -171,22 +239,49 @@ impl Body for WatchedBody {
 mod tests {
     use super::*;
 
+    fn stats() -> WireStats {
+        WireStats::new(2, Duration::from_secs(30))
+    }
+
+    fn triple(c: WireCounts) -> (u64, u64, u64) {
+        (c.http_requests, c.http_failures, c.retries)
+    }
+
     #[test]
     fn a_repeat_of_a_failed_request_is_a_retry() {
-        let stats = WireStats::default();
+        let stats = stats();
         stats.sent("GET /a");
-        stats.failed("GET /a");
+        stats.failed("GET /a", true);
         stats.sent("GET /b"); // another request: not a retry
         stats.sent("GET /a");
-        stats.sent("GET /a"); // the failure was used up by the first repeat
-        assert_eq!(
-            stats.counts(),
-            WireCounts {
-                http_requests: 4,
-                http_failures: 1,
-                retries: 1
-            }
-        );
+        stats.answered("GET /a");
+        stats.sent("GET /a"); // the run was over: a new request
+        assert_eq!(triple(stats.counts()), (4, 1, 1));
+    }
+
+    #[test]
+    fn a_failure_given_up_on_awaits_no_retry() {
+        let stats = stats();
+        for _ in 0..3 {
+            stats.sent("GET /a");
+            stats.failed("GET /a", true); // the third is past max_retries (2): given up
+        }
+        stats.sent("GET /a");
+        assert_eq!(triple(stats.counts()), (4, 3, 2));
+        stats.sent("PUT /b");
+        stats.failed("PUT /b", false); // e.g. a timeout of a conditional PUT: not retried
+        stats.sent("PUT /b");
+        assert_eq!(triple(stats.counts()), (6, 4, 2));
+    }
+
+    #[test]
+    fn past_the_budget_no_retry_comes() {
+        let stats = WireStats::new(4, Duration::ZERO);
+        stats.sent("GET /a");
+        stats.failed("GET /a", true);
+        std::thread::sleep(Duration::from_millis(2));
+        stats.sent("GET /a");
+        assert_eq!(triple(stats.counts()), (2, 1, 0));
     }
 
     #[test]
