@@ -197,21 +197,25 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         }
         SourceSpec::Local(_) => counters.clone(),
     };
+    let remote = matches!(settings.source, SourceSpec::Remote { .. });
+    // Shard bytes are cached where requests are dear (remote sources, or when asked for with
+    // --prefetch-size): three quarters of the cache, indexes the rest.
+    let cache_shard_bytes = remote || settings.prefetch_bytes > 0;
     let options = ViewOptions {
         mode: settings.view,
-        // Indexes get a quarter of the cache when shard bytes are cached too (remote sources).
-        index_cache_bytes: if settings.prefetch_bytes > 0 {
+        index_cache_bytes: if cache_shard_bytes {
             settings.cache_bytes / 4
         } else {
             settings.cache_bytes
         },
-        data_cache_bytes: if settings.prefetch_bytes > 0 {
+        data_cache_bytes: if cache_shard_bytes {
             settings.cache_bytes - settings.cache_bytes / 4
         } else {
             0
         },
         prefetch_bytes: settings.prefetch_bytes,
         metadata_ttl: settings.metadata_ttl,
+        remote,
     };
     let view = View::new(store, &options);
     let mut fs_config = FsConfig::read_only(

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
+use zarrfs::store::object::ObjectBackend;
 use zarrfs::store::remote::{open, RemoteOptions};
 use zarrfs::store::transport::WireCounts;
 use zarrfs::store::{ByteRange, GetOptions, Precondition, Store, StoreError};
@@ -227,8 +228,8 @@ async fn serve(fake: Arc<Mutex<Fake>>) -> String {
     format!("http://{addr}")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gcs_writes_carry_generation_preconditions_and_refusals_are_conflicts() {
+/// A fake GCS server, and our backend for `gs://bucket/data.zarr` on it.
+async fn fake_gcs() -> (Arc<Mutex<Fake>>, ObjectBackend) {
     let fake = Arc::new(Mutex::new(Fake::default()));
     let endpoint = serve(fake.clone()).await;
     let options = RemoteOptions {
@@ -237,6 +238,12 @@ async fn gcs_writes_carry_generation_preconditions_and_refusals_are_conflicts() 
         ..Default::default()
     };
     let store = open("gs://bucket/data.zarr", &options, true).expect("GCS backend");
+    (fake, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcs_writes_carry_generation_preconditions_and_refusals_are_conflicts() {
+    let (fake, store) = fake_gcs().await;
 
     let v1 = store
         .set_if("c/0/0", Bytes::from_static(b"one"), Precondition::Absent)
@@ -301,14 +308,7 @@ fn wire(store: &dyn Store) -> WireCounts {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transient_failures_are_retried_and_counted() {
-    let fake = Arc::new(Mutex::new(Fake::default()));
-    let endpoint = serve(fake.clone()).await;
-    let options = RemoteOptions {
-        endpoint: Some(endpoint),
-        no_sign_request: true,
-        ..Default::default()
-    };
-    let store = open("gs://bucket/data.zarr", &options, true).expect("GCS backend");
+    let (fake, store) = fake_gcs().await;
     let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
     store.set("c/0", Bytes::from(data.clone())).await.unwrap();
     let start = wire(&store);

@@ -177,15 +177,20 @@ mod tests {
         (counting, store, data)
     }
 
-    #[tokio::test]
-    async fn a_sequential_reader_gets_each_window_once_ahead_of_time() {
-        let (counting, store, data) = setup(1000).await;
-        let target = Target {
-            store: &store,
+    /// The file "f" of 1000 bytes, in windows of 100.
+    fn target(store: &Arc<dyn Store>) -> Target<'_> {
+        Target {
+            store,
             key: "f",
             size: 1000,
             ahead: 100,
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sequential_reader_gets_each_window_once_ahead_of_time() {
+        let (counting, store, data) = setup(1000).await;
+        let target = target(&store);
         let ra = ReadAhead::default();
         let mut got = Vec::new();
         for offset in (0..1000).step_by(30) {
@@ -208,12 +213,7 @@ mod tests {
     #[tokio::test]
     async fn a_jump_drops_the_window_fetched_ahead() {
         let (counting, store, data) = setup(1000).await;
-        let target = Target {
-            store: &store,
-            key: "f",
-            size: 1000,
-            ahead: 100,
-        };
+        let target = target(&store);
         let ra = ReadAhead::default();
         assert_eq!(ra.read(&target, 60, 10).await.unwrap(), data[60..70]);
         assert!(ra.state.lock().await.next.is_none(), "not yet past the middle");
@@ -226,12 +226,7 @@ mod tests {
     #[tokio::test]
     async fn a_file_replaced_while_open_is_not_mixed() {
         let (_, store, _) = setup(1000).await;
-        let target = Target {
-            store: &store,
-            key: "f",
-            size: 1000,
-            ahead: 100,
-        };
+        let target = target(&store);
         let ra = ReadAhead::default();
         ra.read(&target, 0, 10).await.unwrap();
         store.set("f", Bytes::from(vec![1u8; 1000])).await.unwrap();

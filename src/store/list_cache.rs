@@ -35,13 +35,72 @@ struct Kept<T> {
     value: Arc<Vec<T>>,
 }
 
+/// Listings of one kind, least recently used first out, with the entries they hold.
+#[derive(Debug)]
+struct Listings<T> {
+    kept: LruCache<String, Kept<T>>,
+    entries: usize,
+}
+
+impl<T> Listings<T> {
+    fn new() -> Self {
+        Listings {
+            kept: LruCache::unbounded(),
+            entries: 0,
+        }
+    }
+
+    /// The listing of `prefix` if it was taken less than `ttl` ago (an older one is dropped).
+    fn fresh(&mut self, prefix: &str, ttl: Duration) -> Option<Arc<Vec<T>>> {
+        let kept = self.kept.get(prefix)?;
+        if kept.at.elapsed() < ttl {
+            return Some(kept.value.clone());
+        }
+        self.drop(prefix);
+        None
+    }
+
+    fn put(&mut self, prefix: &str, at: Instant, value: Vec<T>) {
+        self.entries += value.len();
+        let kept = Kept {
+            at,
+            value: Arc::new(value),
+        };
+        if let Some(old) = self.kept.put(prefix.to_string(), kept) {
+            self.entries -= old.value.len();
+        }
+    }
+
+    fn drop(&mut self, prefix: &str) {
+        if let Some(old) = self.kept.pop(prefix) {
+            self.entries -= old.value.len();
+        }
+    }
+
+    /// Drop the least recently used listing; false when there is none.
+    fn drop_oldest(&mut self) -> bool {
+        match self.kept.pop_lru() {
+            Some((_, old)) => {
+                self.entries -= old.value.len();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct State {
-    dirs: LruCache<String, Kept<DirEntry>>,
-    prefixes: LruCache<String, Kept<String>>,
-    entries: usize,
+    dirs: Listings<DirEntry>,
+    prefixes: Listings<String>,
     /// Bumped by every write: a listing that started before it is not kept.
     generation: u64,
+}
+
+impl State {
+    fn entries(&self) -> usize {
+        self.dirs.entries + self.prefixes.entries
+    }
 }
 
 #[derive(Debug)]
@@ -68,9 +127,8 @@ impl ListCache {
             max_entries,
             complete: true,
             state: Mutex::new(State {
-                dirs: LruCache::unbounded(),
-                prefixes: LruCache::unbounded(),
-                entries: 0,
+                dirs: Listings::new(),
+                prefixes: Listings::new(),
                 generation: 0,
             }),
         }
@@ -86,32 +144,12 @@ impl ListCache {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn fresh(&self, at: Instant) -> bool {
-        at.elapsed() < self.ttl
-    }
-
     fn kept_dir(&self, prefix: &str) -> Option<Arc<Vec<DirEntry>>> {
-        let mut state = self.state();
-        let kept = state.dirs.get(prefix)?;
-        if self.fresh(kept.at) {
-            return Some(kept.value.clone());
-        }
-        if let Some(old) = state.dirs.pop(prefix) {
-            state.entries -= old.value.len();
-        }
-        None
+        self.state().dirs.fresh(prefix, self.ttl)
     }
 
     fn kept_prefix(&self, prefix: &str) -> Option<Arc<Vec<String>>> {
-        let mut state = self.state();
-        let kept = state.prefixes.get(prefix)?;
-        if self.fresh(kept.at) {
-            return Some(kept.value.clone());
-        }
-        if let Some(old) = state.prefixes.pop(prefix) {
-            state.entries -= old.value.len();
-        }
-        None
+        self.state().prefixes.fresh(prefix, self.ttl)
     }
 
     /// Whether the kept listing of the directory holding `key` lists it: a file, or for a
@@ -140,76 +178,45 @@ impl ListCache {
     }
 
     fn keep_dir(&self, prefix: &str, started: (Instant, u64), value: Vec<DirEntry>) {
-        let mut state = self.state();
-        if state.generation != started.1 || value.len() > self.max_entries {
-            return;
-        }
-        state.entries += value.len();
-        let kept = Kept {
-            at: started.0,
-            value: Arc::new(value),
-        };
-        if let Some(old) = state.dirs.put(prefix.to_string(), kept) {
-            state.entries -= old.value.len();
-        }
-        self.evict(&mut state);
+        self.keep(started, value.len(), |state| state.dirs.put(prefix, started.0, value));
     }
 
     fn keep_prefix(&self, prefix: &str, started: (Instant, u64), value: Vec<String>) {
-        let mut state = self.state();
-        if state.generation != started.1 || value.len() > self.max_entries {
-            return;
-        }
-        state.entries += value.len();
-        let kept = Kept {
-            at: started.0,
-            value: Arc::new(value),
-        };
-        if let Some(old) = state.prefixes.put(prefix.to_string(), kept) {
-            state.entries -= old.value.len();
-        }
-        self.evict(&mut state);
+        self.keep(started, value.len(), |state| {
+            state.prefixes.put(prefix, started.0, value)
+        });
     }
 
-    /// Drop least recently used listings until the entries fit (directory listings first:
-    /// they are the many small ones).
-    fn evict(&self, state: &mut State) {
-        while state.entries > self.max_entries {
-            let dropped = match state.dirs.pop_lru() {
-                Some((_, old)) => old.value.len(),
-                None => match state.prefixes.pop_lru() {
-                    Some((_, old)) => old.value.len(),
-                    None => return,
-                },
-            };
-            state.entries -= dropped;
+    /// Keep a listing of `len` entries (by `put`) unless a write came since it `started`,
+    /// then drop the least recently used listings until the entries fit (directory listings
+    /// first: they are the many small ones).
+    fn keep(&self, started: (Instant, u64), len: usize, put: impl FnOnce(&mut State)) {
+        let mut state = self.state();
+        if state.generation != started.1 || len > self.max_entries {
+            return;
         }
+        put(&mut state);
+        while state.entries() > self.max_entries && (state.dirs.drop_oldest() || state.prefixes.drop_oldest()) {}
     }
 
     /// A key changes (or a directory prefix, ending in `/`): drop what listed it.
     fn changed(&self, key: &str) {
         let mut state = self.state();
         state.generation += 1;
-        let mut dropped = 0;
         // Every directory above the key, and the key itself when it is a directory prefix.
-        let dirs = std::iter::once("").chain(key.match_indices('/').map(|(i, _)| &key[..=i]));
-        for dir in dirs {
-            if let Some(old) = state.dirs.pop(dir) {
-                dropped += old.value.len();
-            }
+        for dir in std::iter::once("").chain(key.match_indices('/').map(|(i, _)| &key[..=i])) {
+            state.dirs.drop(dir);
         }
         let covering: Vec<String> = state
             .prefixes
+            .kept
             .iter()
             .filter(|(p, _)| key.starts_with(p.as_str()))
             .map(|(p, _)| p.clone())
             .collect();
         for p in covering {
-            if let Some(old) = state.prefixes.pop(&p) {
-                dropped += old.value.len();
-            }
+            state.prefixes.drop(&p);
         }
-        state.entries -= dropped;
     }
 }
 
@@ -449,12 +456,12 @@ mod tests {
         let (counting, cache) = setup(Duration::from_secs(600), 3).await;
         cache.list_dir("a/b/").await.unwrap(); // 2 entries
         cache.list_dir("a/").await.unwrap(); // 2 more: "a/b/" is dropped
-        assert!(cache.state().entries <= 3);
+        assert!(cache.state().entries() <= 3);
         cache.list_dir("a/").await.unwrap();
         assert_eq!(counting.counts().list_dir, 2, "the most recent listing stays");
         cache.list_dir("a/b/").await.unwrap();
         assert_eq!(counting.counts().list_dir, 3, "the oldest was dropped");
         assert_eq!(cache.list_prefix("").await.unwrap().len(), 4); // more than fit: not kept
-        assert!(cache.state().entries <= 3);
+        assert!(cache.state().entries() <= 3);
     }
 }

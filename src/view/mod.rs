@@ -43,6 +43,10 @@ pub struct ViewOptions {
     pub prefetch_bytes: u64,
     /// How long metadata and shard indexes are trusted before their version is checked again.
     pub metadata_ttl: Duration,
+    /// The source is an object store, where every request counts: indexes are trusted for the
+    /// TTL on open too, prefix directories come from shard listings, stored files are read
+    /// ahead `prefetch_bytes` at a time.
+    pub remote: bool,
 }
 
 impl Default for ViewOptions {
@@ -53,6 +57,7 @@ impl Default for ViewOptions {
             data_cache_bytes: 0,
             prefetch_bytes: 0,
             metadata_ttl: Duration::from_secs(1),
+            remote: false,
         }
     }
 }
@@ -175,9 +180,8 @@ impl View {
             } else {
                 0
             },
-            // Object stores (those with a data cache) trust indexes for the TTL on open too.
-            revalidate_on_open: data_cache.is_none(),
-            exact_prefix_dirs: data_cache.is_none(),
+            revalidate_on_open: !options.remote,
+            exact_prefix_dirs: !options.remote,
             data_cache,
             stats: Arc::new(ShardStats::default()),
         };
@@ -188,11 +192,7 @@ impl View {
             mode: options.mode,
             nodes,
             stats,
-            read_ahead: if options.data_cache_bytes > 0 {
-                options.prefetch_bytes
-            } else {
-                0
-            },
+            read_ahead: if options.remote { options.prefetch_bytes } else { 0 },
         }
     }
 
