@@ -26,8 +26,8 @@ import pytest
 import seed_remote as SR
 import shardindex as si
 from remote import WRITABLE, delta, download_tree, record, remote, remote_view, stats  # noqa: F401
-from writing import (CONCURRENT_WRITER as WRITER, build, parse_payload, payload_spec, shard_problems,
-                     temp_files)
+from writing import (CONCURRENT_WRITER as WRITER, build, lost_updates, parse_payload, payload_spec,
+                     shard_problems, temp_files)
 
 ROUNDS = 13  # x 8 chunk files per writer = 104 writes each
 ARRAY = "shared/arr"
@@ -165,12 +165,7 @@ def test_two_remote_mounts_lose_nothing(remote_view, remote, backend, tmp_path, 
     stored = download_tree(backend, prefix, tmp_path / "bucket")
     final, problems = snapshot(stored / ARRAY)
     assert problems == [], f"the shards in the bucket: {problems[:5]}"
-    lost = []
-    for w, r in enumerate(results):
-        for n, key in owned[w]:
-            want = (w, n, r["acked"][key])
-            if final.get(key) != want:
-                lost.append(f"{key}: want writer/index/seq {want}, stored {final.get(key)}")
+    lost = lost_updates(results, owned, final)
     assert lost == [], f"{len(lost)} lost updates: {lost}"
     assert sorted(final) == sorted(keys)
     assert temp_files(stored) == []

@@ -124,3 +124,20 @@ def test_listings_follow_other_writers_after_the_ttl(remote_view, remote, tree, 
     SR.s3_client().delete_object(Bucket=SR.BUCKET, Key=SR.join_key(prefix, victim.name))
     time.sleep(1.5)
     assert set(os.listdir(view.path())) == after, "a shard deleted by another writer still listed"
+
+
+def test_no_prefetch_still_trusts_indexes_on_open(remote_view, tree):
+    """--prefetch-size 0 only stops reading ahead: a remote view still trusts a shard index for
+    the metadata TTL when a file is opened again (no HEAD per open)."""
+    path = SINGLE[0]
+    view = remote_view("s3", "--read-only", "--prefetch-size", "0")
+    key, data = first_chunk(tree, path)
+    assert (view.path(path) / key).read_bytes() == data
+    before = stats(view)
+    for _ in range(3):
+        with open(view.path(path) / key, "rb") as f:
+            assert f.read() == data
+    d = delta(before, stats(view))
+    record("re-open without prefetch", backend="s3", array=path, key=key, reopen=d)
+    assert d["head"] == 0, f"re-opening {path}/{key} asked for the shard's version: {d}"
+    assert d["get"] <= 1, f"re-opening {path}/{key} read the chunk every time: {d}"

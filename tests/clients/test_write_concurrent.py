@@ -12,8 +12,8 @@ import time
 import pytest
 
 import shardindex as si
-from writing import (CONCURRENT_WRITER as WRITER, build, mount_writable, parse_payload, payload_spec,
-                     shard_problems, stats, temp_files)
+from writing import (CONCURRENT_WRITER as WRITER, build, lost_updates, mount_writable, parse_payload,
+                     payload_spec, shard_problems, stats, temp_files)
 
 ROUNDS = 25  # x 8 chunk files per writer = 200 writes each
 
@@ -76,12 +76,7 @@ def test_two_writers_lose_nothing(mounter, tmp_path, mounts):
                                f"{regressions[:10]}")
     final, problems = snapshot(root / spec.path)
     assert problems == []
-    lost = []
-    for w, r in enumerate(results):
-        for n, key in owned[w]:
-            want = (w, n, r["acked"][key])
-            if final.get(key) != want:
-                lost.append(f"{key}: want writer/index/seq {want}, stored {final.get(key)}")
+    lost = lost_updates(results, owned, final)
     assert lost == [], f"{len(lost)} lost updates: {lost}"
     assert all(len(r["acked"]) == 8 and set(r["acked"].values()) == {ROUNDS} for r in results)
     for view in views:

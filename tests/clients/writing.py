@@ -245,6 +245,18 @@ def parse_payload(data: bytes) -> tuple[int, int, int]:
     return writer, key, seq
 
 
+def lost_updates(results: list, owned: list, final: dict) -> list[str]:
+    """The acknowledged writes of the CONCURRENT_WRITER processes (their `results`, each writer
+    owning the (index, key) pairs of `owned[w]`) that the final store state does not hold."""
+    lost = []
+    for w, r in enumerate(results):
+        for n, key in owned[w]:
+            want = (w, n, r["acked"][key])
+            if final.get(key) != want:
+                lost.append(f"{key}: want writer/index/seq {want}, stored {final.get(key)}")
+    return lost
+
+
 def payload_spec(path: str, shape=(16, 16), shard=(8, 8), location="end", crc=True,
                  cke=None) -> F.ArraySpec:
     """A uint8 array with 4x4 inner chunks of `bytes` only: every inner chunk is exactly 16
