@@ -109,6 +109,8 @@ impl FsError {
             FsError::View(ViewError::Store(e)) => store_errno(e),
             FsError::View(ViewError::Shard(e)) => shard_errno(e),
             FsError::View(ViewError::Vanished(_)) => libc::ESTALE,
+            FsError::View(ViewError::NotFound(_)) => libc::ENOENT,
+            FsError::View(ViewError::Refused { .. }) => libc::EINVAL,
         }
     }
 

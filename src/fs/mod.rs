@@ -228,9 +228,9 @@ impl Fs {
         validate_name(name)?;
         let parent_path = self.path_of(parent)?;
         let path = child_path(&parent_path, name);
-        if self.overlay_get(&path).is_some() {
-            let ino = self.inodes.lookup(&path);
-            return self.overlay_attr(ino, &path).await.ok_or(FsError::NotFound);
+        if let Some(mut attr) = self.overlay_attr(0, &path).await {
+            attr.ino = self.inodes.lookup(&path);
+            return Ok(attr);
         }
         let node = self.node(&path).await?;
         let ino = self.inodes.lookup(&path);
@@ -272,9 +272,10 @@ impl Fs {
             return self.open_write(path, truncate, true).await;
         }
         // A file being written is read as written so far; metadata being written is read as
-        // stored (a refused document never reaches readers).
+        // stored (a refused document never reaches readers) unless none is stored yet.
         if let Some((_, sink)) = self.overlay_get(&path) {
-            if !matches!(sink, Sink::Commit(crate::view::Target::Metadata(_))) {
+            let metadata = matches!(sink, Sink::Commit(t) if t.is_metadata());
+            if !metadata || self.view.lookup(&path).await?.is_none() {
                 return self.open_write(path, false, false).await;
             }
         }
@@ -343,7 +344,7 @@ impl Fs {
             // Metadata being written is listed as stored until accepted (as getattr shows it).
             let files = overlay
                 .iter()
-                .filter(|(_, e)| !matches!(e.sink, Sink::Commit(crate::view::Target::Metadata(_))))
+                .filter(|(_, e)| !matches!(&e.sink, Sink::Commit(t) if t.is_metadata()))
                 .map(|(p, e)| (p, Some(e.file.clone())));
             for (path, file) in files.chain(made.iter().map(|p| (p, None))) {
                 let Some(rest) = path.strip_prefix(&prefix) else {

@@ -2,8 +2,8 @@
 //!
 //! Every file open for writing is buffered in memory (a [`WriteFile`], shared by all handles
 //! of that path) and committed when it is closed (`flush`), synced or released: an inner
-//! chunk is packed into its shard (group-committed, see `shard::commit`), the view's
-//! `zarr.json` of a sharded array is translated back into the stored one
+//! chunk is packed into its shard (group-committed, see `shard::commit`), a `zarr.json` is
+//! handed to the view, which translates it back into what the store holds
 //! (`view::metadata_write`), and any other file passes through to the store.
 //!
 //! Names inside a sharded array that are neither chunk keys nor `zarr.json` — the temporary
@@ -20,9 +20,6 @@ use bytes::Bytes;
 use super::handles::{FileHandle, Sink, WriteFile};
 use super::{child_path, validate_name, Attr, FileKind, Fs, FsError, FsResult};
 use crate::store::key::dir_prefix;
-use crate::store::{GetOptions, Precondition};
-use crate::view::metadata_write::translate;
-use crate::view::nodes::ShardedNode;
 use crate::view::{Node, Source, Target};
 
 impl Fs {
@@ -108,10 +105,12 @@ impl Fs {
 
     /// Attributes of a file in the overlay (being written, or staged).
     pub(super) async fn overlay_attr(&self, ino: u64, path: &str) -> Option<Attr> {
-        // Metadata being written is shown as stored until it is accepted (sizes included).
-        let (file, _) = self
-            .overlay_get(path)
-            .filter(|(_, s)| !matches!(s, Sink::Commit(Target::Metadata(_))))?;
+        let (file, sink) = self.overlay_get(path)?;
+        // Metadata being written is shown as stored until it is accepted (sizes included), as
+        // written while nothing is stored.
+        if matches!(&sink, Sink::Commit(t) if t.is_metadata()) && !matches!(self.view.lookup(path).await, Ok(None)) {
+            return None;
+        }
         let state = file.state.lock().await;
         let size = if state.loaded {
             state.data.len()
@@ -148,7 +147,8 @@ impl Fs {
         let ino = self.inodes.lookup(&path);
         let path: Arc<str> = Arc::from(path.as_str());
         let fh = self.files.insert(FileHandle::writer(path.clone(), file, true));
-        let attr = self.overlay_attr(ino, &path).await.ok_or(FsError::NotFound)?;
+        // Metadata being written shows as stored (see `overlay_attr`).
+        let attr = self.getattr(ino).await?;
         Ok((attr, fh))
     }
 
@@ -264,28 +264,9 @@ impl Fs {
                 self.view.store().set(key, data).await?;
                 Ok(())
             }
-            Target::Metadata(node) => self.write_metadata(node, &data).await,
+            Target::Metadata(node) => Ok(self.view.write_array_metadata(node, &data).await?),
+            Target::NodeMetadata { dir } => Ok(self.view.write_node_metadata(dir, data).await?),
             Target::Refused(_) => Err(FsError::NotPermitted),
-        }
-    }
-
-    async fn write_metadata(&self, node: &ShardedNode, written: &[u8]) -> FsResult<()> {
-        let key = format!("{}zarr.json", dir_prefix(&node.dir));
-        let store = self.view.store();
-        let stored = store.get(&key, GetOptions::default()).await?.ok_or(FsError::NotFound)?;
-        match translate(&stored.bytes, &node.rewritten, written) {
-            Ok(None) => Ok(()),
-            Ok(Some(bytes)) => {
-                store
-                    .set_if(&key, Bytes::from(bytes), Precondition::Version(stored.meta.version))
-                    .await?;
-                self.view.forget_dir(&node.dir);
-                Ok(())
-            }
-            Err(refusal) => {
-                tracing::warn!(key, %refusal, "metadata write refused");
-                Err(FsError::InvalidArgument)
-            }
         }
     }
 
@@ -460,7 +441,10 @@ impl Fs {
             (Sink::Commit(Target::Chunk { array: a, .. }), Sink::Commit(Target::Chunk { array: b, .. })) => {
                 Arc::ptr_eq(a, b)
             }
-            (Sink::Commit(Target::Stored { .. }), Sink::Commit(Target::Stored { .. })) => true,
+            (
+                Sink::Commit(Target::Stored { .. }),
+                Sink::Commit(Target::Stored { .. } | Target::NodeMetadata { .. }),
+            ) => true,
             _ => false,
         };
         if !allowed {
@@ -545,7 +529,10 @@ impl Fs {
             (Source::Stored { key }, Sink::Commit(Target::Stored { key: dest })) => {
                 Ok(self.view.store().rename(key, dest).await?)
             }
-            (Source::Stored { key }, Sink::Commit(target @ (Target::Chunk { .. } | Target::Metadata(_)))) => {
+            (
+                Source::Stored { key },
+                Sink::Commit(target @ (Target::Chunk { .. } | Target::Metadata(_) | Target::NodeMetadata { .. })),
+            ) => {
                 let data = self.view.read(&node, 0, u64::MAX).await?;
                 self.commit(target, data).await?;
                 Ok(self.view.store().erase(key).await?)

@@ -1,107 +1,114 @@
-//! Writing the view's `zarr.json` of a sharded array: the view shows chunk_grid and codecs of
-//! the inner chunks; every other field may change (shape, attributes, dimension names, fill
-//! value, ...). A written document is translated back: its fields are stored with the stored
-//! document's chunk_grid and codecs (the sharding configuration) put back. A document whose
-//! chunk_grid or codecs differ from the view's asks for something the sharded store cannot
-//! express, and is refused.
+//! Metadata documents written through the view, stored so that the store agrees with itself.
+//!
+//! - The view's `zarr.json` of a sharded array is translated back (its sharding configuration
+//!   restored, `zarr::translate::translate_array`) and stored only if the stored document is
+//!   still the one translated against (a version precondition).
+//! - Any other `zarr.json` (a group, an array shown as stored, a new node) is stored as written,
+//!   except that a group's consolidated entries of arrays the view shows unsharded get their
+//!   stored sharding back (`translate_group`). The stored group document does not depend on
+//!   the previous one, so it is written without a precondition, as the client would.
+//! - An array created through the mount with sharding, or one that a written group declares
+//!   sharded where none is shown unsharded, is shown as stored from then on
+//!   ([`NodeCache::show_as_stored`](super::nodes::NodeCache::show_as_stored)): the client is
+//!   about to write its shards as files. It is marked before its document is stored, so no
+//!   lookup in between can see it unsharded.
+//!
+//! A document the store cannot express is refused with a log line naming the key and why, and
+//! nothing is stored.
 
+use std::collections::HashMap;
+
+use bytes::Bytes;
 use serde_json::Value;
 
-/// Why a written view document cannot be stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    NotJson(String),
-    NotAnObject,
-    ChangesSharding(&'static str),
+use super::nodes::ShardedNode;
+use super::{Place, View, ViewError, METADATA};
+use crate::store::key::dir_prefix;
+use crate::store::{GetOptions, Precondition};
+use crate::zarr::consolidated::{array_entry_paths, declares_sharding};
+use crate::zarr::translate::{to_stored_bytes, translate_array, translate_group, Refusal, Shown};
+
+fn metadata_key(dir: &str) -> String {
+    format!("{}{METADATA}", dir_prefix(dir))
 }
 
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refusal::NotJson(e) => write!(f, "not JSON: {e}"),
-            Refusal::NotAnObject => write!(f, "not a JSON object"),
-            Refusal::ChangesSharding(field) => {
-                write!(
-                    f,
-                    "changes {field}, which a sharded array cannot express through the unsharded view"
-                )
+fn refused(key: String, refusal: Refusal) -> ViewError {
+    tracing::warn!(key, %refusal, "metadata write refused");
+    ViewError::Refused { key, refusal }
+}
+
+impl View {
+    /// Store a write of the view's `zarr.json` of a sharded array.
+    pub async fn write_array_metadata(&self, node: &ShardedNode, written: &[u8]) -> Result<(), ViewError> {
+        let key = metadata_key(&node.dir);
+        let stored = self
+            .store
+            .get(&key, GetOptions::default())
+            .await?
+            .ok_or_else(|| ViewError::NotFound(key.clone()))?;
+        match translate_array(&stored.bytes, &node.rewritten, written) {
+            Ok(None) => Ok(()),
+            Ok(Some(bytes)) => {
+                let version = Precondition::Version(stored.meta.version);
+                self.store.set_if(&key, Bytes::from(bytes), version).await?;
+                self.nodes.forget(&node.dir);
+                Ok(())
             }
+            Err(refusal) => Err(refused(key, refusal)),
         }
     }
-}
 
-/// The stored document for a written view document, or `None` when nothing changes.
-pub fn translate(stored: &[u8], view: &[u8], written: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
-    let parse = |b: &[u8]| serde_json::from_slice::<Value>(b).map_err(|e| Refusal::NotJson(e.to_string()));
-    let (stored, view, written) = (parse(stored)?, parse(view)?, parse(written)?);
-    if written == view {
-        return Ok(None);
+    /// Store a `zarr.json` written at directory `dir`, outside sharded arrays.
+    pub async fn write_node_metadata(&self, dir: &str, written: Bytes) -> Result<(), ViewError> {
+        let key = metadata_key(dir);
+        let doc = serde_json::from_slice::<Value>(&written).ok();
+        let bytes = match doc.as_ref().and_then(|d| Some((d.get("node_type")?.as_str()?, d))) {
+            Some(("array", doc)) if declares_sharding(doc) => {
+                self.created(dir);
+                written
+            }
+            Some(("group", doc)) => self.translate_group_doc(dir, &key, doc, written).await?,
+            _ => written,
+        };
+        let stored = self.store.set(&key, bytes).await;
+        self.nodes.forget(dir);
+        stored?;
+        Ok(())
     }
-    let (Some(stored), Some(view), Some(written)) = (stored.as_object(), view.as_object(), written.as_object()) else {
-        return Err(Refusal::NotAnObject);
-    };
-    for field in ["chunk_grid", "codecs"] {
-        if written.get(field) != view.get(field) {
-            return Err(Refusal::ChangesSharding(field));
+
+    /// An array at `dir` is being created through the mount with sharding: shown as stored.
+    fn created(&self, dir: &str) {
+        if self.nodes.show_as_stored(dir) {
+            tracing::info!(
+                array = dir,
+                "sharded array created through the mount: shown as stored (its shards as files) \
+                 until the next mount"
+            );
         }
     }
-    let mut out = written.clone();
-    for field in ["chunk_grid", "codecs"] {
-        if let Some(v) = stored.get(field) {
-            out.insert(field.to_string(), v.clone());
+
+    /// The bytes to store for a group document written at `dir`.
+    async fn translate_group_doc(&self, dir: &str, key: &str, doc: &Value, written: Bytes) -> Result<Bytes, ViewError> {
+        let prefix = dir_prefix(dir);
+        let mut shown = HashMap::new();
+        for path in array_entry_paths(doc) {
+            let array_dir = format!("{prefix}{path}");
+            let state = match self.place(&array_dir).await? {
+                Place::Sharded(node) if node.dir == array_dir => Shown::Unsharded {
+                    view: serde_json::from_slice(&node.rewritten).unwrap_or_default(),
+                    stored: node.stored.clone(),
+                },
+                _ => Shown::AsStored,
+            };
+            shown.insert(path, state);
         }
-    }
-    let mut bytes = serde_json::to_vec_pretty(&Value::Object(out)).map_err(|e| Refusal::NotJson(e.to_string()))?;
-    bytes.push(b'\n');
-    Ok(Some(bytes))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn doc(shape: u64, chunk: u64, codecs: Value, attrs: Value) -> Vec<u8> {
-        serde_json::to_vec(&json!({
-            "zarr_format": 3, "node_type": "array", "shape": [shape], "data_type": "uint8",
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [chunk]}},
-            "codecs": codecs, "fill_value": 0, "attributes": attrs,
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn resize_and_attributes_keep_sharding() {
-        let sharding = json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [4]}}]);
-        let inner = json!([{"name": "bytes"}]);
-        let stored = doc(16, 8, sharding.clone(), json!({}));
-        let view = doc(16, 4, inner.clone(), json!({}));
-        assert_eq!(translate(&stored, &view, &view).unwrap(), None);
-        let written = doc(32, 4, inner.clone(), json!({"a": 1}));
-        let out: Value = serde_json::from_slice(&translate(&stored, &view, &written).unwrap().unwrap()).unwrap();
-        assert_eq!(out["shape"], json!([32]));
-        assert_eq!(out["attributes"], json!({"a": 1}));
-        assert_eq!(out["codecs"], sharding);
-        assert_eq!(out["chunk_grid"]["configuration"]["chunk_shape"], json!([8]));
-    }
-
-    #[test]
-    fn other_chunk_shapes_or_codecs_are_refused() {
-        let stored = doc(16, 8, json!([{"name": "sharding_indexed"}]), json!({}));
-        let view = doc(16, 4, json!([{"name": "bytes"}]), json!({}));
-        let other_chunks = doc(16, 2, json!([{"name": "bytes"}]), json!({}));
-        assert_eq!(
-            translate(&stored, &view, &other_chunks),
-            Err(Refusal::ChangesSharding("chunk_grid"))
-        );
-        let other_codecs = doc(16, 4, json!([{"name": "bytes"}, {"name": "gzip"}]), json!({}));
-        assert_eq!(
-            translate(&stored, &view, &other_codecs),
-            Err(Refusal::ChangesSharding("codecs"))
-        );
-        assert!(matches!(
-            translate(&stored, &view, b"{not json"),
-            Err(Refusal::NotJson(_))
-        ));
+        let translation = translate_group(doc, &shown).map_err(|r| refused(key.to_string(), r))?;
+        for path in &translation.created {
+            self.created(&format!("{prefix}{path}"));
+        }
+        Ok(match translation.doc {
+            Some(doc) => Bytes::from(to_stored_bytes(&doc)),
+            None => written,
+        })
     }
 }

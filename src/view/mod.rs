@@ -5,6 +5,9 @@
 //! the nearest sharded array above it (found by walking directories from the root through
 //! the [`nodes`] cache): the array's `zarr.json` is the rewritten one, chunk keys and chunk
 //! directories come from the sharding transformer, and everything else passes through.
+//! Outside sharded arrays, a group's `zarr.json` is rewritten too when its consolidated
+//! metadata describes sharded arrays, and every `zarr.json` written there is translated back
+//! ([`metadata_write`]), so the hierarchy is coherent as a whole, not only array by array.
 //! The view knows nothing of inodes or handles; see `fs/` for those and [`inodes`].
 
 pub mod inodes;
@@ -21,7 +24,10 @@ use crate::shard::{DataCache, IndexCache, ShardError, ShardOptions, ShardStats, 
 use crate::store::key::dir_prefix;
 use crate::store::{ByteRange, DirEntry, EntryKind, GetOptions, Store, StoreError};
 use crate::zarr::key_encoding::ChunkPath;
-use nodes::{NodeCache, NodeInfo, ShardedNode};
+use nodes::{GroupNode, NodeCache, NodeInfo, ShardedNode};
+
+/// The name of a node's metadata document.
+const METADATA: &str = "zarr.json";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ViewMode {
@@ -75,6 +81,14 @@ pub enum ViewError {
     /// A file that was open has disappeared from the store.
     #[error("{0}: removed from the store while open")]
     Vanished(String),
+    #[error("{0}: not found")]
+    NotFound(String),
+    /// Metadata written through the view that the store cannot hold as it stands.
+    #[error("{key}: metadata write refused: {refusal}")]
+    Refused {
+        key: String,
+        refusal: crate::zarr::translate::Refusal,
+    },
 }
 
 /// Where a node's bytes come from.
@@ -101,10 +115,30 @@ pub enum Target {
     Chunk { array: Arc<ShardedArray>, coords: Vec<u64> },
     /// The view's `zarr.json` of a sharded array.
     Metadata(Arc<ShardedNode>),
+    /// A `zarr.json` outside sharded arrays (a group, an array shown as stored, a new node):
+    /// translated back where it describes arrays shown unsharded.
+    NodeMetadata { dir: String },
     /// Any other file: passed through to the store under this key.
     Stored { key: String },
     /// A name that cannot be a file there (e.g. not a chunk key inside a chunk directory).
     Refused(&'static str),
+}
+
+impl Target {
+    /// Whether this is a metadata document the view may translate (shown as stored until its
+    /// write is accepted).
+    pub fn is_metadata(&self) -> bool {
+        matches!(self, Target::Metadata(_) | Target::NodeMetadata { .. })
+    }
+}
+
+/// Where a directory lies, as far as the meaning of paths in it goes.
+enum Place {
+    /// At or below a sharded array shown unsharded.
+    Sharded(Arc<ShardedNode>),
+    /// Elsewhere: the store shows through, except the directory's own group document when the
+    /// view rewrites it.
+    Stored { group: Option<Arc<GroupNode>> },
 }
 
 /// A file or directory of the view.
@@ -210,24 +244,44 @@ impl View {
         &self.store
     }
 
-    /// The nearest sharded array at or above directory `dir`, walking from the root. Nothing
-    /// below an array is a node, so the walk stops at the first array of any kind.
-    async fn sharded_at_or_above(&self, dir: &str) -> Result<Option<Arc<ShardedNode>>, ViewError> {
+    /// Where directory `dir` lies: the nearest sharded array at or above it, walking from the
+    /// root, or else `dir`'s own rewritten group document. Nothing below an array is a node, so
+    /// the walk stops at the first array of any kind.
+    async fn place(&self, dir: &str) -> Result<Place, ViewError> {
         if self.mode == ViewMode::Raw {
-            return Ok(None);
+            return Ok(Place::Stored { group: None });
         }
         let components = dir.match_indices('/').map(|(i, _)| i);
         let ends = std::iter::once(0)
             .chain(components)
             .chain((!dir.is_empty()).then_some(dir.len()));
+        let mut group = None;
         for end in ends {
             match self.nodes.info(&dir[..end]).await? {
-                NodeInfo::Sharded(node) => return Ok(Some(node)),
-                NodeInfo::Array => return Ok(None),
-                NodeInfo::Plain => {}
+                NodeInfo::Sharded(node) => return Ok(Place::Sharded(node)),
+                NodeInfo::Array => return Ok(Place::Stored { group: None }),
+                NodeInfo::Group(node) if end == dir.len() => group = Some(node),
+                NodeInfo::Plain | NodeInfo::Group(_) => {}
             }
         }
-        Ok(None)
+        Ok(Place::Stored { group })
+    }
+
+    /// The nearest sharded array at or above directory `dir`.
+    async fn sharded_at_or_above(&self, dir: &str) -> Result<Option<Arc<ShardedNode>>, ViewError> {
+        Ok(match self.place(dir).await? {
+            Place::Sharded(node) => Some(node),
+            Place::Stored { .. } => None,
+        })
+    }
+
+    /// The node of a rewritten group document.
+    fn group_node(group: &GroupNode) -> Node {
+        Node {
+            size: group.rewritten.len() as u64,
+            mtime_ns: group.mtime_ns,
+            source: Source::Memory(group.rewritten.clone()),
+        }
     }
 
     /// The node at `path`, or `None` if there is none.
@@ -235,12 +289,14 @@ impl View {
         if path.is_empty() {
             return Ok(Some(Node::dir()));
         }
-        let (parent, _) = split_parent(path);
-        let Some(node) = self.sharded_at_or_above(parent).await? else {
-            return self.lookup_stored(path).await;
+        let (parent, name) = split_parent(path);
+        let node = match self.place(parent).await? {
+            Place::Sharded(node) => node,
+            Place::Stored { group: Some(group) } if name == METADATA => return Ok(Some(Self::group_node(&group))),
+            Place::Stored { .. } => return self.lookup_stored(path).await,
         };
         let rel = relative(&node.dir, path);
-        if rel == "zarr.json" {
+        if rel == METADATA {
             let bytes = node.rewritten.clone();
             return Ok(Some(Node {
                 size: bytes.len() as u64,
@@ -291,12 +347,17 @@ impl View {
 
     /// What a file written at `path` becomes.
     pub async fn target(&self, path: &str) -> Result<Target, ViewError> {
-        let (parent, _) = split_parent(path);
+        let (parent, name) = split_parent(path);
         let Some(node) = self.sharded_at_or_above(parent).await? else {
+            if name == METADATA && self.mode != ViewMode::Raw {
+                return Ok(Target::NodeMetadata {
+                    dir: parent.to_string(),
+                });
+            }
             return Ok(Target::Stored { key: path.to_string() });
         };
         let rel = relative(&node.dir, path);
-        if rel == "zarr.json" {
+        if rel == METADATA {
             return Ok(Target::Metadata(node));
         }
         let array = &node.array;
@@ -345,8 +406,17 @@ impl View {
 
     /// The entries of directory `dir`, with their nodes (no request per entry).
     pub async fn list(&self, dir: &str) -> Result<Vec<(String, Node)>, ViewError> {
-        let Some(node) = self.sharded_at_or_above(dir).await? else {
-            return self.list_stored(dir).await;
+        let node = match self.place(dir).await? {
+            Place::Sharded(node) => node,
+            Place::Stored { group } => {
+                let mut entries = self.list_stored(dir).await?;
+                if let Some(group) = group {
+                    for (_, node) in entries.iter_mut().filter(|(name, _)| name == METADATA) {
+                        *node = Self::group_node(&group);
+                    }
+                }
+                return Ok(entries);
+            }
         };
         let array = &node.array;
         if node.dir == dir {
@@ -382,7 +452,7 @@ impl View {
         let (encoding, ndim) = (array.encoding(), array.ndim());
         let mut out = Vec::new();
         for (name, stored) in self.list_stored(&node.dir).await? {
-            if name == "zarr.json" {
+            if name == METADATA {
                 let bytes = node.rewritten.clone();
                 out.push((
                     name,

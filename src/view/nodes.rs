@@ -1,8 +1,16 @@
-//! What a directory is, as far as the view cares: a plain directory (or group), an array shown
-//! as stored, or a sharded array shown unsharded. Found from the directory's `zarr.json` and
-//! cached per directory, bounded in entries, revalidated against the metadata's version after
-//! a time-to-live. Bad metadata is logged once per version and the node is shown raw.
+//! What a directory is, as far as the view cares: a plain directory (or group), a group whose
+//! document the view rewrites (its consolidated metadata describes sharded arrays), an array
+//! shown as stored, or a sharded array shown unsharded. Found from the directory's `zarr.json`
+//! and cached per directory, bounded in entries, revalidated against the metadata's version
+//! after a time-to-live. Bad metadata is logged once per version and the node is shown raw.
+//!
+//! Arrays created through the mount with sharding are shown as stored for the rest of the
+//! mount's life ([`NodeCache::show_as_stored`]): their client writes whole shards as files, and
+//! reinterpreting them as inner chunks once the cache expires would store garbage. The set is
+//! consulted before any cached answer, and the entries of every directory above such an array
+//! are dropped when it joins the set (their group documents may describe it).
 
+use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,6 +21,7 @@ use lru::LruCache;
 use crate::shard::{IndexCache, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::{GetOptions, Store, StoreError, Version};
+use crate::zarr::consolidated::rewrite_group;
 use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
 use crate::zarr::sharding::{analyse, rewrite_unsharded, Sharding};
 
@@ -27,6 +36,17 @@ pub struct ShardedNode {
     pub array: Arc<ShardedArray>,
     /// The view's `zarr.json`.
     pub rewritten: Bytes,
+    /// The stored `zarr.json` as parsed (its sharding configuration is what writes restore).
+    pub stored: serde_json::Value,
+    pub mtime_ns: Option<i128>,
+}
+
+/// A group whose document the view rewrites (its consolidated metadata describes arrays the
+/// view shows unsharded).
+#[derive(Debug)]
+pub struct GroupNode {
+    /// The view's `zarr.json`.
+    pub rewritten: Bytes,
     pub mtime_ns: Option<i128>,
 }
 
@@ -34,6 +54,8 @@ pub struct ShardedNode {
 pub enum NodeInfo {
     /// A directory or group: arrays may lie below.
     Plain,
+    /// A group shown with a rewritten document; arrays may lie below.
+    Group(Arc<GroupNode>),
     /// An array shown as stored; nothing below it is a node.
     Array,
     Sharded(Arc<ShardedNode>),
@@ -53,6 +75,9 @@ pub struct NodeCache {
     shard_options: ShardOptions,
     ttl: Duration,
     entries: Mutex<LruCache<String, Cached>>,
+    /// Directories whose arrays are shown as stored whatever they hold (created through the
+    /// mount with sharding).
+    as_stored: Mutex<HashSet<String>>,
 }
 
 impl NodeCache {
@@ -69,7 +94,30 @@ impl NodeCache {
             shard_options,
             ttl,
             entries: Mutex::new(LruCache::new(cap)),
+            as_stored: Mutex::default(),
         }
+    }
+
+    /// Whether arrays at `dir` are shown as stored for the rest of the mount's life.
+    pub fn is_shown_as_stored(&self, dir: &str) -> bool {
+        self.as_stored.lock().unwrap_or_else(|e| e.into_inner()).contains(dir)
+    }
+
+    /// Show any array at `dir` as stored for the rest of the mount's life. Returns whether it
+    /// was not so already.
+    pub fn show_as_stored(&self, dir: &str) -> bool {
+        let added = self
+            .as_stored
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(dir.to_string());
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.pop(dir);
+        for (i, _) in dir.match_indices('/') {
+            entries.pop(&dir[..i]);
+        }
+        entries.pop("");
+        added
     }
 
     fn cached(&self, dir: &str) -> Option<(NodeInfo, Option<Version>, Duration)> {
@@ -128,8 +176,9 @@ impl NodeCache {
         };
         let version = Some(got.meta.version.clone());
         let meta = match parse_zarr_json(&got.bytes) {
+            Ok(NodeMetadata::Array(_)) if self.is_shown_as_stored(dir) => return Ok((NodeInfo::Array, version)),
             Ok(NodeMetadata::Array(meta)) => meta,
-            Ok(NodeMetadata::Group { .. }) => return Ok((NodeInfo::Plain, version)),
+            Ok(NodeMetadata::Group { raw }) => return Ok((self.group(dir, &raw, got.meta.mtime_ns), version)),
             Err(e) => {
                 tracing::warn!(key, reason = %e, "unreadable metadata; node shown as stored");
                 return Ok((NodeInfo::Plain, version));
@@ -159,6 +208,7 @@ impl NodeCache {
                     dir: dir.to_string(),
                     array: Arc::new(array),
                     rewritten,
+                    stored: meta.raw,
                     mtime_ns: got.meta.mtime_ns,
                 };
                 Ok((NodeInfo::Sharded(Arc::new(node)), version))
@@ -167,6 +217,20 @@ impl NodeCache {
                 tracing::warn!(key, reason = %e, "sharded array cannot be unsharded; shown as stored");
                 Ok((NodeInfo::Array, version))
             }
+        }
+    }
+
+    /// A group's kind: rewritten when its consolidated metadata describes arrays the view
+    /// shows unsharded.
+    fn group(&self, dir: &str, raw: &serde_json::Value, mtime_ns: Option<i128>) -> NodeInfo {
+        let prefix = dir_prefix(dir);
+        let as_stored = |path: &str| self.is_shown_as_stored(&format!("{prefix}{path}"));
+        match rewrite_group(raw, &as_stored) {
+            Some(doc) => NodeInfo::Group(Arc::new(GroupNode {
+                rewritten: Bytes::from(serde_json::to_vec_pretty(&doc).unwrap_or_default()),
+                mtime_ns,
+            })),
+            None => NodeInfo::Plain,
         }
     }
 }

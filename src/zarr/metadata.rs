@@ -115,6 +115,11 @@ impl ArrayMetadata {
 /// Parse a Zarr v3 `zarr.json` (zarr_format must be 3, node_type "group" or "array").
 pub fn parse_zarr_json(bytes: &[u8]) -> Result<NodeMetadata, ZarrError> {
     let raw: Value = serde_json::from_slice(bytes).map_err(|e| ZarrError::Json { reason: e.to_string() })?;
+    parse_node(raw)
+}
+
+/// Parse an already decoded node document (an entry of a group's consolidated metadata).
+pub fn parse_node(raw: Value) -> Result<NodeMetadata, ZarrError> {
     let doc = raw.as_object().ok_or_else(|| ZarrError::Json {
         reason: "top level is not a JSON object".into(),
     })?;

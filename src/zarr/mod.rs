@@ -8,6 +8,7 @@
 //! [`ZarrError`] (or `None`) instead of panicking, and all index arithmetic is
 //! checked.
 
+pub mod consolidated;
 pub mod error;
 pub mod grid;
 mod json;
@@ -18,5 +19,6 @@ pub mod rewrite;
 pub mod shard_index;
 pub mod shard_pack;
 pub mod sharding;
+pub mod translate;
 
 pub use error::ZarrError;

@@ -15,6 +15,13 @@ use crate::zarr::sharding::ShardLayout;
 
 /// The view's `zarr.json`, pretty-printed with a 2-space indent.
 pub fn rewrite_unsharded(meta: &ArrayMetadata, layout: &ShardLayout) -> Vec<u8> {
+    // Serialising a `Value` cannot fail (all map keys are strings).
+    serde_json::to_vec_pretty(&unsharded_doc(meta, layout)).unwrap_or_default()
+}
+
+/// The view's document of a sharded array as a JSON value (also the form of the array's entry
+/// in a group's consolidated metadata).
+pub fn unsharded_doc(meta: &ArrayMetadata, layout: &ShardLayout) -> Value {
     let mut doc = meta.raw.clone();
     if let Some(obj) = doc.as_object_mut() {
         obj.insert(
@@ -26,8 +33,7 @@ pub fn rewrite_unsharded(meta: &ArrayMetadata, layout: &ShardLayout) -> Vec<u8> 
             Value::Array(layout.inner_codecs.iter().map(|c| c.raw.clone()).collect()),
         );
     }
-    // Serialising a `Value` cannot fail (all map keys are strings).
-    serde_json::to_vec_pretty(&doc).unwrap_or_default()
+    doc
 }
 
 #[cfg(test)]
