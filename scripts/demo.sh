@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: write a small sharded Zarr v3 sample with zarr-python,
 # mount it unsharded with zarrfs, list the view, read it back through the mount with
-# zarr-python, and unmount. Installs what it needs (scripts/setup.sh) and builds zarrfs.
+# zarr-python and with xarray's default arguments (consolidated metadata), and unmount. Installs what it needs (scripts/setup.sh) and builds zarrfs.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,8 +26,10 @@ root = zarr.open_group(sys.argv[1], mode="w", attributes={"title": "zarrfs demo"
 temp = root.create_array("temperature", shape=(64, 48), chunks=(8, 8), shards=(32, 24),
                          dtype="float32", dimension_names=["y", "x"])
 temp[:] = np.linspace(-10, 30, 64 * 48, dtype="float32").reshape(64, 48)
-counts = root.create_array("counts", shape=(100,), chunks=(10,), shards=(50,), dtype="uint16")
+counts = root.create_array("counts", shape=(100,), chunks=(10,), shards=(50,), dtype="uint16",
+                           dimension_names=["i"])
 counts[:60] = np.arange(60, dtype="uint16")   # chunks 6..9 stay fill value: not stored
+zarr.consolidate_metadata(sys.argv[1])          # as xarray's to_zarr does by default
 PY
 
 echo "demo: zarrfs inspect"
@@ -53,6 +55,18 @@ for name in ["temperature", "counts"]:
     same = np.array_equal(view[:], stored[:])
     print(f"  {name}: view chunks {view.chunks} (stored shards {stored.shards}), identical data: {same}")
     assert same
+PY
+
+echo "demo: opening the mount with xarray's default arguments (consolidated metadata)"
+"$PY" -W ignore::UserWarning - "$SRC" "$MNT" <<'PY'
+import sys, numpy as np, xarray as xr, zarr
+src, mnt = sys.argv[1], sys.argv[2]
+ds = xr.open_zarr(mnt)
+stored = zarr.open_array(f"{src}/temperature", mode="r")[:]
+same = np.array_equal(ds.temperature.values, stored)
+print(f"  xr.open_zarr: temperature {dict(ds.temperature.sizes)}, chunks "
+      f"{ds.temperature.encoding['chunks']}, identical data: {same}")
+assert same
 PY
 
 "$BIN" unmount "$MNT"

@@ -64,7 +64,7 @@ install_venv() {
     fi
     say "installing pinned Python packages (scripts/requirements.txt)"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS"
-    "$VENV/bin/python" -c 'import zarr, tensorstore, numcodecs, crc32c, pytest'
+    "$VENV/bin/python" -c 'import zarr, tensorstore, numcodecs, crc32c, pytest, xarray, dask'
     echo "$want" > "$STAMP"
     say "venv ready"
 }
