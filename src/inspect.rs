@@ -1,7 +1,9 @@
 //! `zarrfs inspect`: walk a hierarchy and report every array, its sharding, how many shards and
 //! non-empty inner chunks it has, and the problems found on the way (unreadable metadata,
 //! sharding that cannot be unsharded, corrupt shards). It reads every shard index, so it is
-//! also a health check.
+//! also a health check. Groups' consolidated metadata is checked against the arrays it
+//! describes: a stale or dangling entry is a problem, since readers that trust consolidated
+//! metadata (xarray and zarr-python by default) would act on it.
 
 use std::sync::Arc;
 
@@ -11,6 +13,7 @@ use serde_json::{json, Value};
 use crate::shard::{IndexCache, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::{EntryKind, GetOptions, Store};
+use crate::zarr::consolidated::{disagreement, for_each_array_entry};
 use crate::zarr::metadata::{parse_zarr_json, ArrayMetadata, NodeMetadata};
 use crate::zarr::sharding::{analyse, Sharding};
 
@@ -39,6 +42,7 @@ pub struct ArrayReport {
 pub async fn inspect(store: Arc<dyn Store>) -> Result<Report> {
     let mut report = Report::default();
     let mut pending = vec![String::new()];
+    let mut consolidated = Vec::new();
     while let Some(dir) = pending.pop() {
         let key = format!("{}zarr.json", dir_prefix(&dir));
         if let Some(got) = store.get(&key, GetOptions::default()).await? {
@@ -47,7 +51,10 @@ pub async fn inspect(store: Arc<dyn Store>) -> Result<Report> {
                     report.arrays.push(inspect_array(&store, &dir, meta).await);
                     continue; // nothing below an array is a node
                 }
-                Ok(NodeMetadata::Group { .. }) => report.groups.push(dir.clone()),
+                Ok(NodeMetadata::Group { raw }) => {
+                    report.groups.push(dir.clone());
+                    consolidated.push((dir.clone(), raw));
+                }
                 Err(e) => report.problems.push(format!("{key}: {e}")),
             }
         }
@@ -59,7 +66,34 @@ pub async fn inspect(store: Arc<dyn Store>) -> Result<Report> {
     }
     report.groups.sort();
     report.arrays.sort_by(|a, b| a.path.cmp(&b.path));
+    for (dir, mut doc) in consolidated {
+        check_consolidated(&mut report, &dir, &mut doc);
+    }
     Ok(report)
+}
+
+/// Problems of a group's consolidated entries: arrays not stored, or described otherwise.
+fn check_consolidated(report: &mut Report, dir: &str, doc: &mut Value) {
+    let group = if dir.is_empty() {
+        "/".to_string()
+    } else {
+        format!("/{dir}")
+    };
+    for_each_array_entry(doc, &mut |path, entry| {
+        let array_path = format!("{}{path}", dir_prefix(dir));
+        match report.arrays.iter_mut().find(|a| a.path == array_path) {
+            Some(array) => {
+                if let Some(why) = disagreement(entry, &array.meta.raw) {
+                    array
+                        .problems
+                        .push(format!("stale consolidated metadata in group {group}: {why}"));
+                }
+            }
+            None => report.problems.push(format!(
+                "consolidated metadata of group {group} describes array {path:?}, which is not stored"
+            )),
+        }
+    });
 }
 
 async fn inspect_array(store: &Arc<dyn Store>, dir: &str, meta: ArrayMetadata) -> ArrayReport {

@@ -104,6 +104,34 @@ pub fn rewrite_group(doc: &Value, as_stored: &dyn Fn(&str) -> bool) -> Option<Va
     changed.then_some(out)
 }
 
+/// Reads one field of an array document, for comparing two of them.
+type FieldOf = fn(&Value) -> Option<Value>;
+
+/// How a consolidated entry contradicts the array's own stored document, if it does: in its
+/// shape, data type, chunk shape or sharding (what readers trusting the entry would get wrong;
+/// spelling and other fields are not compared).
+pub fn disagreement(entry: &Value, stored: &Value) -> Option<String> {
+    let fields: [(&str, FieldOf); 4] = [
+        ("shape", |v| v.get("shape").cloned()),
+        ("data_type", |v| v.get("data_type").cloned()),
+        ("chunk shape", |v| {
+            v.pointer("/chunk_grid/configuration/chunk_shape").cloned()
+        }),
+        ("sharding", |v| Some(Value::Bool(declares_sharding(v)))),
+    ];
+    fields.iter().find_map(|(name, get)| {
+        let (there, here) = (get(entry), get(stored));
+        (there != here).then(|| {
+            let show = |v: Option<Value>| v.map_or("nothing".to_string(), |v| v.to_string());
+            format!(
+                "{name} {} in the consolidated entry, {} in its zarr.json",
+                show(there),
+                show(here)
+            )
+        })
+    })
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -209,6 +237,23 @@ pub(crate) mod tests {
             rewrite_group(&json!({"zarr_format": 3, "node_type": "group"}), &|_| false),
             None
         );
+    }
+
+    #[test]
+    fn disagreements_in_what_readers_use() {
+        let stored = sharded_entry(64, 32, 8);
+        assert_eq!(disagreement(&stored, &stored), None);
+        let mut respelled = stored.clone();
+        respelled["codecs"][0]["configuration"]["codecs"] = json!(["bytes"]);
+        respelled["attributes"] = json!({});
+        assert_eq!(disagreement(&respelled, &stored), None);
+        let stale = sharded_entry(48, 32, 8);
+        let why = disagreement(&stale, &stored).unwrap();
+        assert!(why.contains("shape [48]") && why.contains("[64]"), "{why}");
+        assert!(disagreement(&unsharded_entry(&stored).unwrap(), &stored)
+            .unwrap()
+            .starts_with("chunk shape"));
+        assert!(disagreement(&plain_entry(), &json!({"node_type": "array"})).is_some());
     }
 
     #[test]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import shardindex as si
-from conftest import manifest_entries
+from conftest import manifest_entries, run_zarrfs
 from helpers import assert_same_array, load_json
 from remote import download_tree, remote, remote_view  # noqa: F401 - fixtures
 from writing import check_sharded_store, mount_writable, shard_problems, temp_files
@@ -170,6 +170,8 @@ def test_every_fixture_array_through_consolidated_metadata(mounter, tree, consol
     assert group.metadata.consolidated_metadata is not None
     for path in manifest_entries():
         assert_same_array(group[path][...], tree.expected(tree.array(path)), f"consolidated {path}")
+    report = run_zarrfs(view.binary, "inspect", consolidated_tree).stdout
+    assert "consolidated" not in report, report
 
 
 @pytest.mark.parametrize("backend", ["s3"])
@@ -201,6 +203,26 @@ def test_array_created_through_the_mount_written_after_every_ttl(mounter, xr_sto
     assert "sharded array created through the mount" in view.log_tail(200)
     view.stop()
     check_sharded_store(root / "created", data, None, "created through the mount")
+    assert temp_files(root) == []
+
+
+def test_array_created_by_tensorstore_written_after_every_ttl(mounter, xr_store, tmp_path):
+    import tensorstore as ts
+
+    root, _ = fresh_copy(xr_store, tmp_path)
+    view = mount_writable(mounter, root, "--metadata-ttl", "1")
+    inner = {"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [4, 4], "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]}}
+    spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(view.path("tsnew")) + "/"},
+            "metadata": {"shape": [32, 12], "data_type": "int32", "codecs": [inner],
+                         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16, 12]}}}}
+    arr = ts.open(spec, create=True).result()
+    time.sleep(2.5)
+    data = np.arange(32 * 12, dtype="i4").reshape(32, 12)
+    arr[...].write(data).result()
+    view.stop()
+    check_sharded_store(root / "tsnew", data, None, "created by tensorstore through the mount")
     assert temp_files(root) == []
 
 
@@ -278,9 +300,10 @@ def test_entries_the_store_cannot_express_are_refused(mounter, xr_store, tmp_pat
     assert load_json(view.path("zarr.json")) != doc
 
 
-def test_resize_without_reconsolidating_leaves_the_entry(mounter, xr_store, tmp_path):
+def test_resize_without_reconsolidating_leaves_the_entry(mounter, zarrfs_bin, xr_store, tmp_path):
     """As a client writing the store directly would: the array's own document changes, the
-    consolidated entry stays as it was (and default readers keep trusting it)."""
+    consolidated entry stays as it was (and default readers keep trusting it); `inspect` says
+    the entry is stale."""
     root, _ = fresh_copy(xr_store, tmp_path)
     before = (root / "zarr.json").read_bytes()
     view = mount_writable(mounter, root)
@@ -291,6 +314,18 @@ def test_resize_without_reconsolidating_leaves_the_entry(mounter, xr_store, tmp_
     assert load_json(root / "q" / "zarr.json")["shape"] == [96]
     assert block(load_json(root / "zarr.json"))["q"]["shape"] == [64]
     assert shard_problems(root / "q") == []
+    report = json.loads(run_zarrfs(zarrfs_bin, "inspect", root, "--json").stdout)
+    q = next(a for a in report["arrays"] if a["path"] == "q")
+    assert any("stale consolidated metadata in group /" in p and "[64]" in p and "[96]" in p
+               for p in q["problems"]), q["problems"]
+    # Consolidating again (through the mount) makes the store agree with itself.
+    view = mount_writable(mounter, root)
+    zarr.consolidate_metadata(view.path())
+    view.stop()
+    assert block(load_json(root / "zarr.json"))["q"]["shape"] == [96]
+    assert assert_block_agrees(root) >= 5
+    report = json.loads(run_zarrfs(zarrfs_bin, "inspect", root, "--json").stdout)
+    assert [p for a in report["arrays"] for p in a["problems"]] == []
 
 
 def test_tests_would_fail_without_the_rewrite(xr_store):
