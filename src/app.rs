@@ -15,6 +15,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::cli::{Cli, Command, MountSettings, SourceSpec};
 use crate::fs::{Fs, FsConfig};
+use crate::fuse::mount_table::absolute_mount_path;
 use crate::fuse::session::{self, MountConfig};
 use crate::store::counting::CountingStore;
 use crate::store::list_cache::ListCache;
@@ -29,7 +30,7 @@ pub fn run(cli: Cli) -> i32 {
             Ok(settings) => mount(settings),
             Err(message) => Err(anyhow::anyhow!(message)),
         },
-        Command::Unmount { mountpoint } => unmount(&mountpoint),
+        Command::Unmount { mountpoint } => crate::mountpoint::unmount(&mountpoint),
         Command::Inspect { source, json } => inspect(&source, json),
     };
     match result {
@@ -123,11 +124,17 @@ fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
     prepare_local_paths(settings)
 }
 
-/// The mountpoint and the log file, made absolute (the daemon runs in `/`).
+/// The mountpoint and the log file, made absolute (the daemon runs in `/`). A mountpoint whose
+/// daemon is gone cannot be looked at; it is cleaned up once logging runs (`start`).
 fn prepare_local_paths(mut settings: MountSettings) -> Result<MountSettings> {
-    settings.mountpoint = absolute(&settings.mountpoint).context("mountpoint")?;
-    if !settings.mountpoint.is_dir() {
-        bail!("mountpoint {} is not a directory", settings.mountpoint.display());
+    let mountpoint = &settings.mountpoint;
+    settings.mountpoint =
+        absolute_mount_path(mountpoint).with_context(|| format!("mountpoint {}", mountpoint.display()))?;
+    match std::fs::metadata(&settings.mountpoint) {
+        Ok(meta) if meta.is_dir() => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {}
+        Ok(_) => bail!("mountpoint {} is not a directory", settings.mountpoint.display()),
+        Err(e) => bail!("mountpoint {}: {e}", settings.mountpoint.display()),
     }
     if let Some(log) = &settings.log_file {
         let parent = log
@@ -230,9 +237,14 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     let cfg = MountConfig {
         read_only: !settings.writable,
         allow_other: settings.allow_other,
-        fsname: format!("zarrfs:{}", source_name(&settings.source)),
+        fsname: format!(
+            "{}{}",
+            crate::fuse::mount_table::SOURCE_PREFIX,
+            source_name(&settings.source)
+        ),
         threads: settings.threads.unwrap_or_else(fuse_threads),
     };
+    crate::mountpoint::prepare(&settings.mountpoint, settings.stack)?;
     let mounted = session::mount(fs.clone(), runtime.handle().clone(), &settings.mountpoint, &cfg)
         .with_context(|| format!("cannot mount {}", settings.mountpoint.display()))?;
     Ok((fs, mounted))
@@ -305,23 +317,6 @@ fn detach(log_file: Option<&Path>) -> Result<()> {
         Some(path) => init_logging(Some(path)),
         None => Ok(()),
     }
-}
-
-fn unmount(mountpoint: &Path) -> Result<()> {
-    match nix::mount::umount(mountpoint) {
-        Ok(()) => return Ok(()),
-        Err(nix::errno::Errno::EPERM) => {}
-        Err(e) => bail!("cannot unmount {}: {e}", mountpoint.display()),
-    }
-    let status = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(mountpoint)
-        .status()
-        .context("cannot run fusermount3")?;
-    if !status.success() {
-        bail!("fusermount3 -u {} failed", mountpoint.display());
-    }
-    Ok(())
 }
 
 fn inspect(source: &str, json: bool) -> Result<()> {

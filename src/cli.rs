@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+
+use crate::mount_options::LongOption;
 
 use crate::store::remote::{is_remote_url, RemoteOptions};
 use crate::view::ViewMode;
@@ -68,6 +70,10 @@ pub struct MountArgs {
     /// Other object_store client options, e.g. -o aws_virtual_hosted_style_request=true.
     #[arg(short = 'o', value_name = "KEY=VALUE", value_parser = parse_key_value, help_heading = "Remote sources")]
     pub option: Vec<(String, String)>,
+    /// Mount on top of a directory that is already a mount point (refused otherwise: what is
+    /// mounted there would be hidden).
+    #[arg(long, help_heading = "Process")]
+    pub stack: bool,
     /// Append log lines to this file (default: stderr in the foreground, nowhere otherwise).
     #[arg(long, value_name = "PATH", help_heading = "Process")]
     pub log_file: Option<PathBuf>,
@@ -113,6 +119,25 @@ pub struct MountArgs {
     /// checked again, or `indefinite` (default 1 for local sources, 60 for remote ones).
     #[arg(long, value_name = "SECONDS|indefinite", value_parser = parse_ttl, help_heading = "Caching")]
     pub metadata_ttl: Option<Duration>,
+}
+
+/// The long options of `zarrfs mount`, for `-o NAME=VALUE` (see `mount_options`).
+pub fn mount_long_options() -> Vec<LongOption> {
+    let command = Cli::command();
+    let Some(mount) = command.find_subcommand("mount") else {
+        return Vec::new();
+    };
+    mount
+        .get_arguments()
+        .filter(|a| !a.is_positional() && !a.is_hide_set())
+        .filter_map(|a| {
+            let name = a.get_long()?;
+            (name != "help").then(|| LongOption {
+                name: name.to_string(),
+                takes_value: a.get_action().takes_values(),
+            })
+        })
+        .collect()
 }
 
 /// Seconds (fractions allowed) or `indefinite`.
@@ -196,6 +221,8 @@ pub struct MountSettings {
     pub prefetch_bytes: u64,
     pub write_buffer_bytes: usize,
     pub metadata_ttl: Duration,
+    /// Mount even where a mount point already is.
+    pub stack: bool,
 }
 
 impl MountArgs {
@@ -208,12 +235,10 @@ impl MountArgs {
                 no_sign_request: self.no_sign_request,
                 options: self.option.clone(),
             };
-        } else if self.endpoint_url.is_some()
-            || self.region.is_some()
-            || self.no_sign_request
-            || !self.option.is_empty()
-        {
-            return Err("--endpoint-url, --region, --no-sign-request and -o apply to remote sources only".into());
+        } else if let Some((key, _)) = self.option.first() {
+            return Err(crate::mount_options::unknown(key, &mount_long_options()));
+        } else if self.endpoint_url.is_some() || self.region.is_some() || self.no_sign_request {
+            return Err("--endpoint-url, --region and --no-sign-request apply to remote sources only".into());
         }
         let remote = matches!(source, SourceSpec::Remote { .. });
         Ok(MountSettings {
@@ -246,6 +271,7 @@ impl MountArgs {
             metadata_ttl: self
                 .metadata_ttl
                 .unwrap_or(Duration::from_secs(if remote { 60 } else { 1 })),
+            stack: self.stack,
         })
     }
 }

@@ -11,6 +11,8 @@ pub mod cli;
 pub mod fs;
 pub mod fuse;
 pub mod inspect;
+pub mod mount_options;
+pub mod mountpoint;
 pub mod shard;
 pub mod store;
 pub mod view;

@@ -1,4 +1,5 @@
 //! The FUSE boundary: the fuser adapter ([`adapter`]) and the mount session ([`session`]).
 
 pub mod adapter;
+pub mod mount_table;
 pub mod session;

@@ -1,16 +1,18 @@
 //! Mounting: builds the fuser configuration, mounts (mount(2) and the INIT handshake happen
 //! before `mount` returns, so the caller can report "live"), then serves requests on a pool
 //! of FUSE threads until the filesystem is unmounted. SIGTERM, SIGINT and SIGHUP unmount
-//! cleanly, which ends the session.
+//! cleanly, which ends the session. Nothing here unmounts a mount that is not this one, on
+//! top at the mountpoint (see [`mount_table`]).
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fuser::{Config, MountOption, Session, SessionACL};
 use tokio::runtime::Handle;
 
 use super::adapter::ZarrFuse;
+use super::mount_table::{self, MountId};
 use crate::fs::Fs;
 
 #[derive(Debug, Clone)]
@@ -45,39 +47,123 @@ fn fuser_config(cfg: &MountConfig) -> Config {
 /// A mounted, initialised filesystem that has not started serving yet.
 pub struct Mounted {
     session: Session<ZarrFuse>,
+    mountpoint: PathBuf,
+    /// This mount, as the mount table knows it (`None` if it could not be found there: then
+    /// zarrfs never unmounts anything itself).
+    identity: Option<MountId>,
 }
 
-/// Mount `fs` at `mountpoint`. When this returns Ok the mount is live.
+/// Mount `fs` at `mountpoint` (absolute, canonical). When this returns Ok the mount is live.
 pub fn mount(fs: Arc<Fs>, rt: Handle, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
     let session = Session::new(ZarrFuse::new(fs, rt), mountpoint, &fuser_config(cfg))?;
-    Ok(Mounted { session })
+    let identity = mount_table::read().ok().and_then(|entries| {
+        let top = mount_table::top_at(&entries, mountpoint)?;
+        top.is_zarrfs().then(|| top.identity())
+    });
+    if identity.is_none() {
+        tracing::warn!(
+            mountpoint = %mountpoint.display(),
+            "this mount is not in /proc/self/mountinfo: zarrfs will not unmount it itself"
+        );
+    }
+    Ok(Mounted {
+        session,
+        mountpoint: mountpoint.to_path_buf(),
+        identity,
+    })
+}
+
+/// Unmount `path` by path: `umount(2)`, or `fusermount3 -u` where that is not permitted
+/// (a user's mount). The caller makes sure the mount on top there is the one meant.
+pub fn unmount_path(path: &Path) -> io::Result<()> {
+    match nix::mount::umount(path) {
+        Ok(()) => return Ok(()),
+        Err(nix::errno::Errno::EPERM) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let out = std::process::Command::new("fusermount3").arg("-u").arg(path).output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let message = String::from_utf8_lossy(&out.stderr);
+        Err(io::Error::other(format!("fusermount3 -u: {}", message.trim())))
+    }
+}
+
+/// Unmount this mount if it is still the one on top at `mountpoint`; whether it was.
+fn unmount_own(mountpoint: &Path, identity: &MountId) -> io::Result<bool> {
+    if !mount_table::is_on_top(mountpoint, identity)? {
+        return Ok(false);
+    }
+    unmount_path(mountpoint)?;
+    Ok(true)
 }
 
 impl Mounted {
     /// Serve requests until the filesystem is unmounted (by `zarrfs unmount`, `fusermount3 -u`,
     /// `umount`, or a termination signal received by this process).
-    pub fn serve(mut self, rt: &Handle) -> io::Result<()> {
-        let mut unmounter = self.session.unmount_callable();
-        rt.spawn(async move {
-            use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-                signal(SignalKind::hangup()),
-            ) else {
-                tracing::error!("cannot install signal handlers; unmount with `zarrfs unmount`");
+    ///
+    /// fuser unmounts by path when its session ends, after asking the FUSE device whether the
+    /// mount still lives — and a dead connection answers as a live one. After an external
+    /// unmount that would take down whatever lies beneath the mountpoint. So fuser's mount
+    /// handle is never dropped: the session runs in the background, its thread handle is
+    /// taken out, and the rest is forgotten. zarrfs unmounts only its own mount, on top.
+    pub fn serve(self, rt: &Handle) -> io::Result<()> {
+        let Mounted {
+            session,
+            mountpoint,
+            identity,
+        } = self;
+        let mut background = session.spawn()?;
+        let thread = std::mem::replace(&mut background.guard, std::thread::spawn(|| Ok(())));
+        std::mem::forget(background);
+        if let Some(identity) = identity.clone() {
+            rt.spawn(unmount_on_signal(mountpoint.clone(), identity));
+        }
+        let served = thread
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
+        // The session ends when the kernel lets go (after an unmount) or on an error; in the
+        // second case the mount may still be here, and still ours.
+        if let Some(identity) = &identity {
+            match unmount_own(&mountpoint, identity) {
+                Ok(true) => tracing::info!("unmounted after the session ended"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!("cannot unmount after the session ended: {e}"),
+            }
+        }
+        served
+    }
+}
+
+/// On SIGTERM, SIGINT or SIGHUP: unmount this mount (which ends the session), if it is still
+/// the one on top at the mountpoint.
+async fn unmount_on_signal(mountpoint: PathBuf, identity: MountId) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::error!("cannot install signal handlers; unmount with `zarrfs unmount`");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = hup.recv() => {}
+        }
+        tracing::info!("signal received, unmounting");
+        let (path, id) = (mountpoint.clone(), identity.clone());
+        match tokio::task::spawn_blocking(move || unmount_own(&path, &id)).await {
+            Ok(Ok(true)) => return,
+            Ok(Ok(false)) => {
+                tracing::warn!("the mount on top at the mountpoint is not this one any more: not unmounting it");
                 return;
-            };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-                _ = hup.recv() => {}
             }
-            tracing::info!("signal received, unmounting");
-            if let Err(e) = unmounter.unmount() {
-                tracing::error!("unmount failed: {e}");
-            }
-        });
-        self.session.run()
+            Ok(Err(e)) => tracing::error!("unmount failed: {e}"),
+            Err(e) => tracing::error!("unmount failed: {e}"),
+        }
     }
 }
