@@ -171,11 +171,19 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
     };
     tracing::info!(source = %source_name(&settings.source), mountpoint = %settings.mountpoint.display(), "mounted");
     report(Ok(()));
+    notify_service_manager(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&format!("mounted at {}", settings.mountpoint.display())),
+    ]);
     {
         let _context = runtime.enter();
         fs.start_write_back();
     }
     let served = mounted.serve(runtime.handle());
+    notify_service_manager(&[
+        sd_notify::NotifyState::Stopping,
+        sd_notify::NotifyState::Status("unmounted; committing pending writes"),
+    ]);
     // Unmounted (or told to stop): write back what is still pending before exiting.
     if let Err(e) = runtime.block_on(fs.commit_all()) {
         tracing::error!("pending writes could not be committed: {e}");
@@ -185,6 +193,17 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
     // Requests still running hold nothing worth waiting for once the kernel has let go.
     runtime.shutdown_timeout(Duration::from_secs(2));
     Ok(())
+}
+
+/// Tell systemd (`Type=notify`) where the service stands, when it runs under one
+/// (`NOTIFY_SOCKET` set); otherwise nothing.
+fn notify_service_manager(states: &[sd_notify::NotifyState]) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!("cannot notify the service manager: {e}");
+    }
 }
 
 /// Open the source, check it answers, build the filesystem and mount it.
