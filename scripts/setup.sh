@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Prepare a fresh Debian 12 machine (run as root) for building and testing zarrfs:
-#   - FUSE system packages (fuse3, libfuse3-dev, pkg-config), installed only if missing;
+# Prepare a fresh Debian 12 machine (run as root) for building and running zarrfs:
+#   - FUSE (fuse3: fusermount3 and the mount helper) and pkg-config, installed only if missing
+#     (zarrfs mounts without libfuse, so no -dev package is needed);
 #   - a Python venv at $REPO/.venv with the pinned real Zarr clients of scripts/requirements.txt,
-#     (re)installed only when the requirements changed (stamp file holds their hash);
-#   - for the remote-source tests: scripts/requirements-remote.txt in the same venv (own stamp),
-#     azurite@3.35.0 in $REPO/.cache/npm, nginx-light with the WebDAV ext module (if missing).
+#     (re)installed only when the requirements changed (stamp file holds their hash).
+# With --test, also what the tests need beyond that: the remote-source test servers
+# (scripts/requirements-remote.txt in the same venv with its own stamp, azurite@3.35.0 in
+# $REPO/.cache/npm, nginx-light with the WebDAV ext module) and systemd-analyze.
 # Idempotent: a second run does no network access and takes about a second.
 set -euo pipefail
 
@@ -39,7 +41,7 @@ apt_install_missing() {
 }
 
 install_debs() {
-    local wanted=(fuse3 libfuse3-dev pkg-config)
+    local wanted=(fuse3 pkg-config)
     # Debian's python3 needs python3-venv for `python3 -m venv` (ensurepip).
     if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
         wanted+=(python3-venv)
@@ -76,7 +78,7 @@ AZURITE_VERSION=3.35.0
 NPM_PREFIX="$REPO/.cache/npm"
 
 install_remote_debs() {
-    local wanted=(nginx-light libnginx-mod-http-dav-ext)
+    local wanted=(nginx-light libnginx-mod-http-dav-ext systemd)
     command -v npm >/dev/null || wanted+=(nodejs npm)
     apt_install_missing "${wanted[@]}"
 }
@@ -114,5 +116,7 @@ install_remote() {
 
 install_debs
 install_venv
-install_remote
+if [ "${1:-}" = "--test" ]; then
+    install_remote
+fi
 say "done"

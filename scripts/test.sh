@@ -7,7 +7,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
-bash scripts/setup.sh
+bash scripts/setup.sh --test
 
 echo "test: cargo fmt --check"
 cargo fmt --all -- --check

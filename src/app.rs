@@ -1,19 +1,14 @@
 //! Wiring: turns validated settings into a running mount, and runs the other commands.
-//!
-//! Daemon mode forks *before* any thread exists (no tokio runtime yet), the child mounts, and
-//! reports through a pipe: the parent exits 0 only once the mount is live, or prints the
-//! child's reason and exits 1. Exit codes are decided here and nowhere else.
+//! Daemon mode is in [`crate::daemon`]. Exit codes are decided here and nowhere else.
 
 use std::fs::OpenOptions;
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::{Cli, Command, MountSettings, SourceSpec};
+use crate::cli::{Cli, Command, LogFormat, MountSettings, SourceSpec};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::mount_table::absolute_mount_path;
 use crate::fuse::session::{self, MountConfig};
@@ -31,31 +26,52 @@ pub fn run(cli: Cli) -> i32 {
             Err(message) => Err(anyhow::anyhow!(message)),
         },
         Command::Unmount { mountpoint } => crate::mountpoint::unmount(&mountpoint),
+        Command::Stats { mountpoint, json } => crate::mount_stats::print(&mountpoint, json),
         Command::Inspect { source, json } => inspect(&source, json),
     };
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("zarrfs: {e:#}");
+            eprintln!("zarrfs: {}", message(&e));
             1
         }
     }
 }
 
-fn init_logging(log_file: Option<&Path>) -> Result<()> {
+/// An error and its causes, each said once (a cause's text is often part of its parent's).
+pub(crate) fn message(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+/// Log lines go to the file, or to stderr; colour only on a terminal, JSON lines on request.
+pub(crate) fn init_logging(log_file: Option<&Path>, format: LogFormat) -> Result<()> {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fuser=error"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
-    match log_file {
+    let writer = match log_file {
         Some(path) => {
             let file = OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
                 .with_context(|| format!("cannot open log file {}", path.display()))?;
-            builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
+            tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::sync::Mutex::new(file))
         }
-        None => builder.with_writer(std::io::stderr).init(),
+        None => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr),
+    };
+    let ansi = log_file.is_none() && std::io::stderr().is_terminal();
+    match format {
+        LogFormat::Text => builder.with_ansi(ansi).with_writer(writer).init(),
+        LogFormat::Json => builder.json().with_ansi(false).with_writer(writer).init(),
     }
     std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
     Ok(())
@@ -89,11 +105,11 @@ async fn check_reachable(store: &dyn Store, source: &SourceSpec) -> Result<()> {
     }
 }
 
-/// A short name of the source for /proc/mounts and messages.
+/// A short name of the source for /proc/mounts and messages; never with credentials.
 fn source_name(source: &SourceSpec) -> String {
     match source {
         SourceSpec::Local(path) => path.display().to_string(),
-        SourceSpec::Remote { url, .. } => url.clone(),
+        SourceSpec::Remote { url, .. } => crate::store::remote::redact_url(url),
     }
 }
 
@@ -107,6 +123,7 @@ fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
         SourceSpec::Local(path) => absolute(path).context("source")?,
         SourceSpec::Remote { url, .. } => {
             if settings.writable && crate::store::remote::is_http_url(url) {
+                let url = crate::store::remote::redact_url(url);
                 eprintln!("zarrfs: HTTP sources are read-only: mounting {url} read-only");
                 settings.writable = false;
             }
@@ -149,14 +166,14 @@ fn prepare_local_paths(mut settings: MountSettings) -> Result<MountSettings> {
 fn mount(settings: MountSettings) -> Result<()> {
     let settings = prepare(settings)?;
     if settings.foreground {
-        init_logging(settings.log_file.as_deref())?;
+        init_logging(settings.log_file.as_deref(), settings.log_format)?;
         return serve(&settings, |_| {});
     }
-    daemonize(settings)
+    crate::daemon::daemonize(settings)
 }
 
 /// Build the runtime and the filesystem, mount, report, and serve until unmounted.
-fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> Result<()> {
+pub(crate) fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("zarrfs-io")
@@ -164,7 +181,7 @@ fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> R
     let (fs, mounted) = match start(settings, &runtime) {
         Ok(started) => started,
         Err(e) => {
-            let message = format!("{e:#}");
+            let message = message(&e);
             report(Err(message.clone()));
             bail!(message);
         }
@@ -274,75 +291,23 @@ fn fuse_threads() -> usize {
     std::thread::available_parallelism().map_or(4, |n| (n.get() * 2).clamp(4, 16))
 }
 
-fn daemonize(settings: MountSettings) -> Result<()> {
-    let (reader, writer) = nix::unistd::pipe().context("pipe")?;
-    // SAFETY: no other thread exists yet: no runtime has been built and nothing else spawns.
-    match unsafe { nix::unistd::fork() }.context("fork")? {
-        nix::unistd::ForkResult::Parent { .. } => {
-            drop(writer);
-            wait_for_child(reader)
-        }
-        nix::unistd::ForkResult::Child => {
-            drop(reader);
-            let code = match daemon_child(&settings, writer) {
-                Ok(()) => 0,
-                Err(e) => {
-                    tracing::error!("{e:#}");
-                    1
-                }
-            };
-            std::process::exit(code);
-        }
-    }
-}
-
-fn wait_for_child(reader: OwnedFd) -> Result<()> {
-    let mut message = String::new();
-    std::fs::File::from(reader).read_to_string(&mut message).ok();
-    match message.strip_prefix("ok") {
-        Some(_) => Ok(()),
-        None if message.is_empty() => bail!("the daemon exited before the mount was live"),
-        None => bail!("{}", message.trim_start_matches("error: ").trim()),
-    }
-}
-
-fn daemon_child(settings: &MountSettings, writer: OwnedFd) -> Result<()> {
-    let mut pipe = std::fs::File::from(writer);
-    if let Err(e) = detach(settings.log_file.as_deref()) {
-        let _ = write!(pipe, "error: {e:#}");
-        return Err(e);
-    }
-    serve(settings, move |outcome| {
-        let _ = match outcome {
-            Ok(()) => write!(pipe, "ok"),
-            Err(message) => write!(pipe, "error: {message}"),
-        };
-        drop(pipe);
-    })
-}
-
-/// New session, working directory `/`, standard streams to /dev/null, logging to the log file.
-fn detach(log_file: Option<&Path>) -> Result<()> {
-    nix::unistd::setsid().context("setsid")?;
-    std::env::set_current_dir("/")?;
-    let null = OpenOptions::new().read(true).write(true).open("/dev/null")?;
-    for fd in [0, 1, 2] {
-        // SAFETY: dup2 onto the standard descriptors of this single-threaded child.
-        if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
-            bail!("dup2: {}", std::io::Error::last_os_error());
-        }
-    }
-    match log_file {
-        Some(path) => init_logging(Some(path)),
-        None => Ok(()),
-    }
-}
-
 fn inspect(source: &str, json: bool) -> Result<()> {
     let spec = SourceSpec::parse(source).map_err(|m| anyhow::anyhow!(m))?;
     let store = open_store(&spec, false)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let report = runtime.block_on(crate::inspect::inspect(store))?;
+    let report = runtime.block_on(crate::inspect::inspect(store.clone()))?;
+    if report.groups.is_empty() && report.arrays.is_empty() && report.problems.is_empty() {
+        let v2 = [".zgroup", ".zarray", ".zmetadata"]
+            .into_iter()
+            .find(|key| runtime.block_on(store.head(key)).is_ok_and(|found| found.is_some()));
+        match v2 {
+            Some(key) => bail!(
+                "no Zarr v3 hierarchy found at {source}: it holds Zarr v2 metadata ({key}), which \
+                 zarrfs shows as stored (v2 has no sharding to undo)"
+            ),
+            None => bail!("no Zarr hierarchy found at {source}: no zarr.json in it or below it"),
+        }
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);
     } else {

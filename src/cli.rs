@@ -22,19 +22,76 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Shown after `zarrfs mount --help`.
+const MOUNT_EXAMPLES: &str = "\
+Examples:
+  zarrfs mount /data/ds.zarr /mnt/ds                      a local directory
+  zarrfs mount s3://bucket/ds.zarr /mnt/ds --read-only    S3 (credentials from the environment)
+  zarrfs mount s3://bucket/ds.zarr /mnt/ds --no-sign-request --region us-west-2   public S3 data
+  zarrfs mount s3://bucket/ds.zarr /mnt/ds --endpoint-url http://127.0.0.1:9000   S3-compatible server
+  zarrfs mount gs://bucket/ds.zarr /mnt/ds                Google Cloud Storage
+  zarrfs mount az://container/ds.zarr /mnt/ds             Azure Blob Storage
+  zarrfs mount https://example.org/ds.zarr /mnt/ds        a web server (read-only)
+  zarrfs mount /data/ds.zarr /mnt/ds -o ro,view=raw,cache_size=1G
+  zarrfs /data/ds.zarr /mnt/ds -o ro,allow_other          the form mount(8) and /etc/fstab use
+  mount -t fuse.zarrfs /data/ds.zarr /mnt/ds -o ro        the same, through the FUSE mount helper
+
+-o NAME[=VALUE],... (repeatable): first the mount options ro, rw, allow_other, uid=N, gid=N (dev,
+suid, exec, noatime, auto, user, defaults, _netdev, nofail, x-* and the like are accepted and
+ignored); then every option above by its long name, with _ or - (view=raw, cache_size=1G,
+endpoint_url=URL, write_back_delay=5, read_only); then, for remote sources, the object_store
+client keys of the source's cloud (aws_virtual_hosted_style_request=true). Anything else is
+refused, with the valid names.
+
+Credentials come from each cloud's standard environment variables:
+  S3     AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION,
+         AWS_ENDPOINT_URL, AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN, or the instance's role
+  GCS    GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT (a key file),
+         GOOGLE_SERVICE_ACCOUNT_KEY (the key itself)
+  Azure  AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN,
+         or AZURE_STORAGE_CLIENT_ID, AZURE_STORAGE_CLIENT_SECRET, AZURE_STORAGE_TENANT_ID
+Credentials are never logged.
+
+Unmount with `zarrfs unmount MOUNTPOINT`, `umount MOUNTPOINT` (root) or `fusermount3 -u MOUNTPOINT`.";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Mount SOURCE (a directory, file://, s3://, gs://, az:// or http(s):// URL) at MOUNTPOINT.
+    #[command(after_long_help = MOUNT_EXAMPLES, after_help = "Examples, the -o rule and the credential variables: zarrfs mount --help")]
     Mount(Box<MountArgs>),
-    /// Unmount a zarrfs mount.
-    Unmount { mountpoint: PathBuf },
+    /// Unmount a zarrfs mount (only a zarrfs mount, the one on top at MOUNTPOINT).
+    Unmount {
+        /// Where the zarrfs mount is.
+        mountpoint: PathBuf,
+    },
+    /// Print a live mount's counters: store requests and bytes, HTTP requests, failures and
+    /// retries, cache hits, shard commits and conflicts.
+    Stats {
+        /// Where the zarrfs mount is.
+        mountpoint: PathBuf,
+        /// Machine-readable output (the same keys as the `user.zarrfs.stats` attribute).
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the hierarchy: arrays, sharding, shard and chunk counts, and problems found.
     Inspect {
+        /// What to inspect: a directory, file://, s3://, gs://, az:// or http(s):// URL
+        /// (remote sources take their credentials and endpoint from the environment, as
+        /// listed in `zarrfs mount --help`).
         source: String,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One line of text per event (colour only on a terminal).
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -47,9 +104,10 @@ pub enum ViewArg {
 
 #[derive(Debug, Args)]
 pub struct MountArgs {
-    /// A local directory or a file:// URL.
+    /// The hierarchy: a local directory, file:///path, s3://bucket/path, gs://bucket/path,
+    /// az://container/path, or an http(s):// URL.
     pub source: String,
-    /// An existing directory to mount on.
+    /// An existing directory to mount on (not already a mount point, unless --stack).
     pub mountpoint: PathBuf,
 
     /// Stay in the foreground and log to stderr (for systemd and debugging).
@@ -67,8 +125,9 @@ pub struct MountArgs {
     /// Anonymous access (public datasets): requests are not signed.
     #[arg(long, help_heading = "Remote sources")]
     pub no_sign_request: bool,
-    /// Other object_store client options, e.g. -o aws_virtual_hosted_style_request=true.
-    #[arg(short = 'o', value_name = "KEY=VALUE", value_parser = parse_key_value, help_heading = "Remote sources")]
+    /// NAME[=VALUE],...: mount options (ro, allow_other, uid=N, ...), the options here by name
+    /// (view=raw, cache_size=1G) and object_store client keys; the rule is in --help.
+    #[arg(short = 'o', value_name = "OPTIONS", value_parser = parse_key_value, help_heading = "Process")]
     pub option: Vec<(String, String)>,
     /// Mount on top of a directory that is already a mount point (refused otherwise: what is
     /// mounted there would be hidden).
@@ -77,6 +136,9 @@ pub struct MountArgs {
     /// Append log lines to this file (default: stderr in the foreground, nowhere otherwise).
     #[arg(long, value_name = "PATH", help_heading = "Process")]
     pub log_file: Option<PathBuf>,
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, help_heading = "Process")]
+    pub log_format: LogFormat,
 
     /// Refuse every change (mounts are writable by default when the source is).
     #[arg(long, help_heading = "View", conflicts_with = "writable")]
@@ -211,6 +273,7 @@ pub struct MountSettings {
     pub foreground: bool,
     pub threads: Option<usize>,
     pub log_file: Option<PathBuf>,
+    pub log_format: LogFormat,
     pub view: ViewMode,
     pub writable: bool,
     pub write_back_delay: Option<Duration>,
@@ -247,6 +310,7 @@ impl MountArgs {
             foreground: self.foreground,
             threads: self.threads.filter(|&n| n > 0),
             log_file: self.log_file,
+            log_format: self.log_format,
             view: match self.view {
                 ViewArg::Unsharded => ViewMode::Unsharded,
                 ViewArg::Raw => ViewMode::Raw,

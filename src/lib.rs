@@ -8,10 +8,12 @@
 
 pub mod app;
 pub mod cli;
+pub mod daemon;
 pub mod fs;
 pub mod fuse;
 pub mod inspect;
 pub mod mount_options;
+pub mod mount_stats;
 pub mod mountpoint;
 pub mod shard;
 pub mod store;

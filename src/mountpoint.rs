@@ -9,7 +9,7 @@
 //! - `zarrfs unmount DIR` unmounts only a zarrfs mount, the one on top at DIR.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
@@ -87,20 +87,23 @@ pub fn prepare(path: &Path, stack: bool) -> Result<()> {
     bail!("{}: too many dead mounts stacked here", path.display())
 }
 
-/// `zarrfs unmount DIR`.
-pub fn unmount(dir: &Path) -> Result<()> {
+/// The zarrfs mount on top at `dir` (its absolute path and its entry), or why there is none.
+pub fn zarrfs_mount_at(dir: &Path) -> Result<(PathBuf, MountEntry)> {
     let path = absolute_mount_path(dir).with_context(|| dir.display().to_string())?;
     let entries = mount_table::read().context("cannot read /proc/self/mountinfo")?;
     let Some(top) = top_at(&entries, &path) else {
         bail!("{} is not mounted", path.display());
     };
     if !top.is_zarrfs() {
-        bail!(
-            "{} is not a zarrfs mount ({} is there); not unmounting it",
-            path.display(),
-            describe(top)
-        );
+        bail!("{} is not a zarrfs mount ({} is there)", path.display(), describe(top));
     }
+    let top = top.clone();
+    Ok((path, top))
+}
+
+/// `zarrfs unmount DIR`.
+pub fn unmount(dir: &Path) -> Result<()> {
+    let (path, _) = zarrfs_mount_at(dir).context("not unmounting")?;
     match unmount_path(&path) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(

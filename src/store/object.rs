@@ -50,6 +50,9 @@ pub struct ObjectBackend {
     name: String,
     /// Counters of the HTTP client under `inner`, when it was built with them.
     wire: Option<Arc<WireStats>>,
+    /// Credentials that the client's own error messages may repeat (a URL's password), never
+    /// to be passed on.
+    secrets: Vec<String>,
 }
 
 impl ObjectBackend {
@@ -63,7 +66,21 @@ impl ObjectBackend {
             writable,
             name,
             wire: None,
+            secrets: Vec::new(),
         }
+    }
+
+    /// Scrub these strings from every error message.
+    pub fn with_secrets(mut self, secrets: Vec<String>) -> Self {
+        self.secrets = secrets.into_iter().filter(|s| !s.is_empty()).collect();
+        self
+    }
+
+    fn scrubbed(&self, mut message: String) -> String {
+        for secret in &self.secrets {
+            message = message.replace(secret.as_str(), "***");
+        }
+        message
     }
 
     /// Publish the counters the client's connector keeps (see [`super::transport`]).
@@ -120,16 +137,21 @@ impl ObjectBackend {
                 } else {
                     format!("{}/{key}", self.name.trim_end_matches('/'))
                 };
-                // No credentials: the client fell back to the cloud's instance metadata service.
+                // No credentials: the client fell back to the cloud's instance metadata service,
+                // whose error says nothing useful; the hint leads, the client's words follow.
                 let hint = match (other.to_string().contains("169.254.169.254"), self.flavor) {
-                    (false, _) | (true, Flavor::Http) => "",
-                    (true, Flavor::S3) => " (no credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or use --no-sign-request for public data)",
-                    (true, Flavor::Gcs) => " (no credentials found: set GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS, or use --no-sign-request for public data)",
-                    (true, Flavor::Azure) => " (no credentials found: set AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY, or use --no-sign-request for public data)",
+                    (false, _) | (true, Flavor::Http) => None,
+                    (true, Flavor::S3) => Some("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), or use --no-sign-request for public data"),
+                    (true, Flavor::Gcs) => Some("no Google Cloud credentials found: set GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT), or use --no-sign-request for public data"),
+                    (true, Flavor::Azure) => Some("no Azure credentials found: set AZURE_STORAGE_ACCOUNT_KEY (or AZURE_STORAGE_SAS_TOKEN), or use --no-sign-request for public data"),
+                };
+                let message = match hint {
+                    Some(hint) => format!("{hint} (asking the instance metadata service instead failed: {other})"),
+                    None => other.to_string(),
                 };
                 StoreError::Io {
                     key: location,
-                    source: std::io::Error::other(format!("{other}{hint}")),
+                    source: std::io::Error::other(self.scrubbed(message)),
                 }
             }
         }

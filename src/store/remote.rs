@@ -71,10 +71,11 @@ fn bad_option(key: &str, service: &str) -> String {
 
 /// Open the backend a URL names. Errors are messages for the user.
 pub fn open(source: &str, opts: &RemoteOptions, writable: bool) -> Result<ObjectBackend, String> {
-    let url = Url::parse(source).map_err(|e| format!("{source}: not a valid URL: {e}"))?;
+    let shown = redact_url(source);
+    let url = Url::parse(source).map_err(|e| format!("{shown}: not a valid URL: {e}"))?;
     let scheme = url.scheme().to_ascii_lowercase();
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{source}: the URL names no bucket, container or host"));
+        return Err(format!("{shown}: the URL names no bucket, container or host"));
     }
     let prefix = url.path().trim_matches('/').to_string();
     let wire = Arc::new(WireStats::new(MAX_RETRIES, RETRY_BUDGET));
@@ -84,10 +85,48 @@ pub fn open(source: &str, opts: &RemoteOptions, writable: bool) -> Result<Object
         "gs" => (Arc::new(gcs(&url, opts, connector())?), Flavor::Gcs),
         "az" | "azure" | "abfs" | "abfss" | "adl" => (Arc::new(azure(&url, opts, connector())?), Flavor::Azure),
         "http" | "https" => (Arc::new(http(&url, opts, connector())?), Flavor::Http),
-        other => return Err(format!("{source}: unsupported scheme {other}://")),
+        other => return Err(format!("{shown}: unsupported scheme {other}://")),
     };
     let limited: Arc<dyn ObjectStore> = Arc::new(LimitStore::new(store, MAX_CONCURRENT_REQUESTS));
-    Ok(ObjectBackend::new(limited, &prefix, flavor, writable, source.to_string()).with_wire_stats(wire))
+    Ok(ObjectBackend::new(limited, &prefix, flavor, writable, shown)
+        .with_wire_stats(wire)
+        .with_secrets(secrets(&url, opts)))
+}
+
+/// A URL without the user name and password it may carry (`https://user:secret@host/x`), for
+/// messages, logs and the mount table.
+pub fn redact_url(source: &str) -> String {
+    match Url::parse(source) {
+        Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.to_string()
+        }
+        _ => source.to_string(),
+    }
+}
+
+/// What must never appear in a message: the URL's password (as written and decoded) and the
+/// values of secret-looking `-o` keys.
+fn secrets(url: &Url, opts: &RemoteOptions) -> Vec<String> {
+    const SECRET_WORDS: [&str; 6] = ["secret", "key", "token", "password", "sas", "credential"];
+    let mut out: Vec<String> = url.password().into_iter().map(str::to_string).collect();
+    if let Some(p) = url.password() {
+        out.push(percent_decode(p));
+    }
+    for (k, v) in &opts.options {
+        let k = k.to_ascii_lowercase();
+        if SECRET_WORDS.iter().any(|w| k.contains(w)) && v.len() >= 4 {
+            out.push(v.clone());
+        }
+    }
+    out
+}
+
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        .next()
+        .map_or_else(|| s.to_string(), |(_, v)| v.into_owned())
 }
 
 /// The URL's bucket/container with no path: what builders parse.
@@ -187,7 +226,13 @@ fn azure(
     if opts.no_sign_request {
         b = b.with_skip_signature(true);
     }
-    b.build().map_err(|e| format!("Azure: {e}"))
+    b.build().map_err(|e| match e.to_string() {
+        m if m.contains("Account must be specified") => format!(
+            "{url}: no Azure storage account: set AZURE_STORAGE_ACCOUNT_NAME (or pass -o \
+             azure_storage_account_name=ACCOUNT), with AZURE_STORAGE_ACCOUNT_KEY for private data"
+        ),
+        m => format!("Azure: {m}"),
+    })
 }
 
 fn http(

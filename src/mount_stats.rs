@@ -1,0 +1,125 @@
+//! `zarrfs stats MOUNTPOINT`: the counters a live mount publishes as the extended attribute
+//! `user.zarrfs.stats` of its root (requests to the store and their bytes, what went over the
+//! wire, cache hits, shard commits and conflicts), printed for a person or as JSON.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde_json::{Map, Value};
+
+use crate::fs::XATTR_STATS;
+use crate::mountpoint::zarrfs_mount_at;
+
+/// The counters of the zarrfs mount at `dir`.
+pub fn read(dir: &Path) -> Result<Map<String, Value>> {
+    let (path, _) = zarrfs_mount_at(dir)?;
+    let raw = xattr::get(&path, XATTR_STATS)
+        .with_context(|| format!("cannot read the counters of {}", path.display()))?
+        .with_context(|| format!("{} publishes no counters (an older zarrfs?)", path.display()))?;
+    match serde_json::from_slice(&raw) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => anyhow::bail!("{}: the counters are not a JSON object", path.display()),
+    }
+}
+
+/// `1536` -> `1.5 KiB`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+fn hit_rate(hits: u64, misses: u64) -> String {
+    match hits + misses {
+        0 => "unused".to_string(),
+        total => format!(
+            "{hits} hits, {misses} misses ({:.0}% hits)",
+            100.0 * hits as f64 / total as f64
+        ),
+    }
+}
+
+/// The counters as lines for a person.
+pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> String {
+    let n = |k: &str| c.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let lines = [
+        format!("zarrfs mount at {} ({source})", mountpoint.display()),
+        format!(
+            "store requests  {} get ({}), {} head, {} list_dir, {} list, {} set ({}), {} erase",
+            n("get"),
+            bytes(n("get_bytes")),
+            n("head"),
+            n("list_dir"),
+            n("list"),
+            n("set"),
+            bytes(n("set_bytes")),
+            n("erase")
+        ),
+        format!(
+            "over the wire   {} HTTP requests, {} transient failures, {} retries",
+            n("http_requests"),
+            n("http_failures"),
+            n("retries")
+        ),
+        format!(
+            "index cache     {}",
+            hit_rate(n("index_cache_hits"), n("index_cache_misses"))
+        ),
+        format!(
+            "shard cache     {}",
+            hit_rate(n("data_cache_hits"), n("data_cache_misses"))
+        ),
+        format!(
+            "writes          {} shard commits, {} conflicts (lost races, retried)",
+            n("shard_commits"),
+            n("commit_conflicts")
+        ),
+    ];
+    lines.join("\n") + "\n"
+}
+
+/// `zarrfs stats DIR [--json]`.
+pub fn print(dir: &Path, json: bool) -> Result<()> {
+    let counters = read(dir)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&Value::Object(counters))?);
+        return Ok(());
+    }
+    let (path, entry) = zarrfs_mount_at(dir)?;
+    let source = entry
+        .source
+        .strip_prefix(crate::fuse::mount_table::SOURCE_PREFIX)
+        .unwrap_or(&entry.source);
+    print!("{}", to_text(&path, source, &counters));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readable_lines() {
+        let counters: Map<String, Value> = serde_json::from_str(
+            r#"{"get": 4, "get_bytes": 8477, "head": 3, "index_cache_hits": 4, "index_cache_misses": 1, "shard_commits": 2}"#,
+        )
+        .unwrap();
+        let text = to_text(Path::new("/mnt/d"), "/data/x.zarr", &counters);
+        assert!(text.starts_with("zarrfs mount at /mnt/d (/data/x.zarr)\n"), "{text}");
+        assert!(text.contains("4 get (8.3 KiB), 3 head"), "{text}");
+        assert!(text.contains("4 hits, 1 misses (80% hits)"), "{text}");
+        assert!(text.contains("shard cache     unused"), "{text}");
+        assert!(text.contains("2 shard commits, 0 conflicts"), "{text}");
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(3 << 30), "3.0 GiB");
+    }
+}
