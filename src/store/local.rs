@@ -13,10 +13,12 @@
 //! `stat` per read), which saves an open and a close per chunk and keeps the kernel's readahead
 //! state across the chunks of a shard.
 //!
-//! File I/O runs inline, blocking the calling thread: reads of local files are served from
-//! the page cache in microseconds, and handing each one to another thread would cost as much
-//! as the read itself. The FUSE adapter runs requests on its own worker threads first, so the
-//! blocking happens at the FUSE boundary; other callers (inspect, tests) accept a short block.
+//! File I/O runs where blocking is allowed. A FUSE worker thread polling a request (and any
+//! caller outside a tokio task) runs it inline: reads of local files are served from the page
+//! cache in microseconds, and handing each one to another thread would cost as much as the read
+//! itself. Inside a task on the runtime's workers — a group commit or a write-back pass, with
+//! their `flock` waits and `fsync`s — it runs through `block_in_place`, which first hands the
+//! worker's other tasks to another thread, so no request waits behind this I/O.
 //!
 //! # Conditional writes
 //!
@@ -624,9 +626,16 @@ fn is_missing(e: &std::io::Error) -> bool {
     matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
 }
 
-/// Run file I/O inline (see the module docs for why not on a blocking pool).
+/// Run file I/O where blocking is allowed (see the module docs).
 async fn blocking<T>(f: impl FnOnce() -> StoreResult<T>) -> StoreResult<T> {
-    f()
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let on_worker = tokio::task::try_id().is_some()
+        && Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if on_worker {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
 }
 
 fn open_file(path: &Path, key: &str) -> StoreResult<Option<File>> {

@@ -9,10 +9,14 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
+
+/// The longest a write waits for a directory's lock before it fails.
+pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// `renameat2` flag: fail with `EEXIST` rather than replace an existing target.
 pub(crate) const RENAME_NOREPLACE: u32 = 1;
@@ -63,16 +67,39 @@ impl Dir {
     }
 
     /// Take the exclusive `flock` of this directory, waiting for other holders (other open
-    /// descriptions of the directory: other threads, stores or processes).
+    /// descriptions of the directory: other threads, stores or processes) at most
+    /// [`LOCK_WAIT`]: a holder that long is stuck, and the write fails instead of hanging.
     pub fn lock(&self) -> io::Result<DirLock<'_>> {
+        self.lock_within(LOCK_WAIT)
+    }
+
+    /// [`Dir::lock`] with another bound. Polls with a growing pause (1 ms to 50 ms): `flock`
+    /// itself can only wait without bound or not at all.
+    pub fn lock_within(&self, bound: Duration) -> io::Result<DirLock<'_>> {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(1);
         loop {
             // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            if unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
                 return Ok(DirLock { dir: self });
             }
             let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EWOULDBLOCK) if started.elapsed() < bound => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Some(libc::EWOULDBLOCK) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                        "the directory stayed locked by another writer for {} s (a stuck process holding its flock?)",
+                        bound.as_secs()
+                    ),
+                    ))
+                }
+                _ => return Err(e),
             }
         }
     }
@@ -228,5 +255,33 @@ pub(crate) mod hook {
 
     pub fn no_links() -> bool {
         NO_LINKS.with(|f| f.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_held_elsewhere_is_waited_for_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ours, theirs) = (Dir::open(dir.path()).unwrap(), Dir::open(dir.path()).unwrap());
+        let held = theirs.lock().unwrap();
+        let started = Instant::now();
+        let Err(e) = ours.lock_within(Duration::from_millis(150)) else {
+            panic!("locked while another description holds the lock");
+        };
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("locked by another writer"), "{e}");
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // Released while waiting: taken as soon as it is free.
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                drop(held);
+            });
+            assert!(ours.lock_within(Duration::from_secs(10)).is_ok());
+        });
     }
 }
