@@ -15,6 +15,7 @@ use crate::fuse::session::{self, MountConfig};
 use crate::store::counting::CountingStore;
 use crate::store::list_cache::ListCache;
 use crate::store::local::LocalStore;
+use crate::store::transport::WireStats;
 use crate::store::Store;
 use crate::view::{View, ViewOptions};
 
@@ -77,17 +78,22 @@ pub(crate) fn init_logging(log_file: Option<&Path>, format: LogFormat) -> Result
     Ok(())
 }
 
+/// A source's store, with the counters of what its client sends over the wire (remote ones).
+type Opened = (Arc<dyn Store>, Option<Arc<WireStats>>);
+
 /// Open the store a source names.
-fn open_store(source: &SourceSpec, writable: bool) -> Result<Arc<dyn Store>> {
+fn open_store(source: &SourceSpec, writable: bool) -> Result<Opened> {
     match source {
         SourceSpec::Local(path) => {
             let store =
                 LocalStore::new(path, writable).with_context(|| format!("cannot open source {}", path.display()))?;
-            Ok(Arc::new(store))
+            Ok((Arc::new(store), None))
         }
-        SourceSpec::Remote { url, options } => Ok(Arc::new(
-            crate::store::remote::open(url, options, writable).map_err(|m| anyhow::anyhow!(m))?,
-        )),
+        SourceSpec::Remote { url, options } => {
+            let backend = crate::store::remote::open(url, options, writable).map_err(|m| anyhow::anyhow!(m))?;
+            let wire = backend.wire_stats();
+            Ok((Arc::new(backend), wire))
+        }
     }
 }
 
@@ -225,7 +231,7 @@ fn notify_service_manager(states: &[sd_notify::NotifyState]) {
 
 /// Open the source, check it answers, build the filesystem and mount it.
 fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<(Arc<Fs>, session::Mounted)> {
-    let backend = open_store(&settings.source, settings.writable)?;
+    let (backend, wire) = open_store(&settings.source, settings.writable)?;
     runtime.block_on(check_reachable(&*backend, &settings.source))?;
     let counters = Arc::new(CountingStore::new(backend));
     let store: Arc<dyn Store> = match &settings.source {
@@ -269,7 +275,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     fs_config.writable = settings.writable;
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
-    let fs = Arc::new(Fs::new(view, fs_config).with_counters(counters));
+    let fs = Arc::new(Fs::new(view, fs_config).with_counters(counters, wire));
     let cfg = MountConfig {
         read_only: !settings.writable,
         allow_other: settings.allow_other,
@@ -293,7 +299,7 @@ fn fuse_threads() -> usize {
 
 fn inspect(source: &str, json: bool) -> Result<()> {
     let spec = SourceSpec::parse(source).map_err(|m| anyhow::anyhow!(m))?;
-    let store = open_store(&spec, false)?;
+    let (store, _) = open_store(&spec, false)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let report = runtime.block_on(crate::inspect::inspect(store.clone()))?;
     if report.groups.is_empty() && report.arrays.is_empty() && report.problems.is_empty() {

@@ -302,7 +302,7 @@ async fn gcs_writes_carry_generation_preconditions_and_refusals_are_conflicts() 
     assert_eq!(fake.lock().unwrap().objects["/bucket/data.zarr/c/0/0"].0, b"two");
 }
 
-fn wire(store: &dyn Store) -> WireCounts {
+fn wire(store: &ObjectBackend) -> WireCounts {
     store.wire_counts().expect("remote backends count what they send")
 }
 

@@ -21,6 +21,7 @@ pub use error::{ErrorLog, FsError};
 use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile, SNAPSHOT_LIMIT};
 
 use crate::store::counting::CountingStore;
+use crate::store::transport::WireStats;
 use crate::store::ByteRange;
 use crate::view::inodes::{InodeTable, ROOT_INO};
 use crate::view::{Node, Source, View};
@@ -128,6 +129,7 @@ pub struct Fs {
     errors: ErrorLog,
     overlay: std::sync::Mutex<std::collections::HashMap<String, OverlayEntry>>,
     counters: Option<Arc<CountingStore>>,
+    wire: Option<Arc<WireStats>>,
     writeback: Option<writeback::WriteBack>,
     budget: Arc<buffer::Budget>,
     /// Chunk directories made by mkdir that hold no stored chunk yet (they are implicit).
@@ -168,15 +170,18 @@ impl Fs {
             errors: ErrorLog::default(),
             overlay: Default::default(),
             counters: None,
+            wire: None,
             writeback,
             budget,
             made_dirs: Default::default(),
         }
     }
 
-    /// Publish these request counters as the root's `user.zarrfs.stats` attribute.
-    pub fn with_counters(mut self, counters: Arc<CountingStore>) -> Self {
+    /// Publish these request counters (and, for a remote source, what its client sent over
+    /// the wire) as the root's `user.zarrfs.stats` attribute.
+    pub fn with_counters(mut self, counters: Arc<CountingStore>, wire: Option<Arc<WireStats>>) -> Self {
         self.counters = Some(counters);
+        self.wire = wire;
         self
     }
 
@@ -483,7 +488,7 @@ impl Fs {
                 Ok(serde_json::Value::Object(map)) => map,
                 _ => return Err(FsError::NoAttribute),
             };
-            let wire = crate::store::Store::wire_counts(counters.as_ref()).unwrap_or_default();
+            let wire = self.wire.as_ref().map(|w| w.counts()).unwrap_or_default();
             if let Ok(serde_json::Value::Object(wire)) = serde_json::to_value(wire) {
                 stats.extend(wire);
             }

@@ -80,6 +80,7 @@ impl CountingStore {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Store for CountingStore {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
@@ -127,8 +128,31 @@ impl Store for CountingStore {
         self.inner.conditional_writes()
     }
 
-    fn wire_counts(&self) -> Option<super::transport::WireCounts> {
-        self.inner.wire_counts()
+    /// Counted as one `get` per request.
+    async fn get_partial_values(&self, requests: &[(String, super::ByteRange)]) -> StoreResult<Vec<Option<GetResult>>> {
+        self.counters.get.fetch_add(requests.len() as u64, Relaxed);
+        let results = self.inner.get_partial_values(requests).await?;
+        let bytes: usize = results.iter().flatten().map(|r| r.bytes.len()).sum();
+        self.counters.get_bytes.fetch_add(bytes as u64, Relaxed);
+        Ok(results)
+    }
+
+    /// Counted as one `erase` per key.
+    async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {
+        self.counters.erase.fetch_add(keys.len() as u64, Relaxed);
+        self.inner.erase_values(keys).await
+    }
+
+    /// Counted as a `list` and an `erase` (the store below does the rest its own way).
+    async fn erase_prefix(&self, prefix: &str) -> StoreResult<()> {
+        self.counters.list.fetch_add(1, Relaxed);
+        self.counters.erase.fetch_add(1, Relaxed);
+        self.inner.erase_prefix(prefix).await
+    }
+
+    async fn list(&self) -> StoreResult<Vec<String>> {
+        self.counters.list.fetch_add(1, Relaxed);
+        self.inner.list().await
     }
 
     async fn set_partial_values(&self, values: &[(String, u64, Bytes)]) -> StoreResult<()> {

@@ -23,7 +23,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use lru::LruCache;
 
-use super::transport::WireCounts;
 use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Precondition, Store, StoreResult, Version};
 
 /// Entries (names) held across all listings kept.
@@ -74,6 +73,19 @@ impl<T> Listings<T> {
     fn drop(&mut self, prefix: &str) {
         if let Some(old) = self.kept.pop(prefix) {
             self.entries -= old.value.len();
+        }
+    }
+
+    /// Drop every listing of a prefix that starts with `prefix` (everything below it).
+    fn drop_below(&mut self, prefix: &str) {
+        let below: Vec<String> = self
+            .kept
+            .iter()
+            .filter(|(p, _)| p.starts_with(prefix))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in below {
+            self.drop(&p);
         }
     }
 
@@ -217,10 +229,16 @@ impl ListCache {
         for p in covering {
             state.prefixes.drop(&p);
         }
+        // A directory prefix changed as a whole (erased): nothing listed below it holds.
+        if key.is_empty() || key.ends_with('/') {
+            state.dirs.drop_below(key);
+            state.prefixes.drop_below(key);
+        }
     }
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Store for ListCache {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
@@ -278,10 +296,6 @@ impl Store for ListCache {
         self.inner.conditional_writes()
     }
 
-    fn wire_counts(&self) -> Option<WireCounts> {
-        self.inner.wire_counts()
-    }
-
     async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {
         let result = self.inner.erase_values(keys).await;
         for key in keys {
@@ -337,6 +351,18 @@ impl Store for ListCache {
         self.changed(from);
         self.changed(to);
         result
+    }
+
+    /// Erased by the store below from its own listing, never from a kept one (which may miss
+    /// keys written by others since).
+    async fn erase_prefix(&self, prefix: &str) -> StoreResult<()> {
+        let result = self.inner.erase_prefix(prefix).await;
+        self.changed(prefix);
+        result
+    }
+
+    async fn list(&self) -> StoreResult<Vec<String>> {
+        self.list_prefix("").await
     }
 }
 

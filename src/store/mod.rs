@@ -99,11 +99,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         false
     }
 
-    /// What went over the wire (remote stores): requests, transient failures, retries.
-    fn wire_counts(&self) -> Option<transport::WireCounts> {
-        None
-    }
-
     async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {
         for key in keys {
             self.erase(key).await?;

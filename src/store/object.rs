@@ -83,6 +83,16 @@ impl ObjectBackend {
         message
     }
 
+    /// What went over the wire: requests, transient failures, retries.
+    pub fn wire_counts(&self) -> Option<WireCounts> {
+        self.wire.as_ref().map(|w| w.counts())
+    }
+
+    /// The counters themselves, for whoever publishes them (the mount's statistics).
+    pub fn wire_stats(&self) -> Option<Arc<WireStats>> {
+        self.wire.clone()
+    }
+
     /// Publish the counters the client's connector keeps (see [`super::transport`]).
     pub fn with_wire_stats(mut self, wire: Arc<WireStats>) -> Self {
         self.wire = Some(wire);
@@ -300,10 +310,6 @@ fn update_version(v: &Version) -> UpdateVersion {
 
 #[async_trait]
 impl Store for ObjectBackend {
-    fn wire_counts(&self) -> Option<WireCounts> {
-        self.wire.as_ref().map(|w| w.counts())
-    }
-
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             readable: true,
