@@ -57,7 +57,11 @@ pub(crate) fn init_logging(log_file: Option<&Path>, format: LogFormat) -> Result
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fuser=error"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    // With RUST_LOG=debug each FUSE request's span ends with a line giving its duration.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE);
     let writer = match log_file {
         Some(path) => {
             let file = OpenOptions::new()

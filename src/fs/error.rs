@@ -41,6 +41,15 @@ pub enum FsError {
     CrossDevice,
     #[error("file too large")]
     FileTooLarge,
+    /// The caller's buffer is shorter than the answer (an extended attribute's value).
+    #[error("buffer too small")]
+    BufferTooSmall,
+    /// An ioctl: nothing here is a terminal or a device.
+    #[error("not a terminal")]
+    NotATerminal,
+    /// An operation the filesystem does not implement (the kernel stops asking).
+    #[error("not implemented")]
+    NotImplemented,
     /// The local buffer of a file being written failed (spill directory full, unwritable).
     #[error("write buffer: {0}")]
     Buffer(std::io::Error),
@@ -105,6 +114,9 @@ impl FsError {
             FsError::InvalidArgument => libc::EINVAL,
             FsError::CrossDevice => libc::EXDEV,
             FsError::FileTooLarge => libc::EFBIG,
+            FsError::BufferTooSmall => libc::ERANGE,
+            FsError::NotATerminal => libc::ENOTTY,
+            FsError::NotImplemented => libc::ENOSYS,
             FsError::Buffer(e) => e.raw_os_error().unwrap_or(libc::EIO),
             FsError::View(ViewError::Store(e)) => store_errno(e),
             FsError::View(ViewError::Shard(e)) => shard_errno(e),

@@ -194,6 +194,24 @@ impl Fs {
     }
 
     /// Log a failed operation (at the level its error deserves) and hand the errno back.
+    /// What links, device nodes and extended attributes get: a Zarr store cannot hold them.
+    pub fn cannot_represent(&self) -> FsError {
+        if self.config.writable {
+            FsError::NotPermitted
+        } else {
+            FsError::ReadOnly
+        }
+    }
+
+    /// A setattr that changes nothing stored (modes, owners, times): accepted on a writable
+    /// mount, the attributes shown as before.
+    pub async fn setattr_unchanged(&self, ino: u64) -> FsResult<Attr> {
+        if !self.config.writable {
+            return Err(FsError::ReadOnly);
+        }
+        self.getattr(ino).await
+    }
+
     pub fn fail(&self, op: &str, ino: u64, e: &FsError) -> i32 {
         let path = self.inodes.path(ino);
         self.errors.record(op, path.as_deref().unwrap_or("?"), e);

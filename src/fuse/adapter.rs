@@ -1,34 +1,29 @@
 //! The fuser adapter: one small method per FUSE operation. Each converts the request into a
-//! call of [`Fs`] and replies, or maps the error to its errno. No behaviour lives here.
-//!
-//! A request's future is first polled once, inline, on the FUSE worker thread that received it:
-//! a request answered from caches or the local disk completes right there, without handing
-//! the work to another thread (a handoff costs as much as a page-cache read). A request that
-//! has to wait (a remote read) returns pending and is moved onto the tokio runtime, so it never
-//! holds a FUSE worker thread and never stalls the others.
+//! call of [`Fs`] and hands it to `answer` (see `request`), which runs it in a tracing span and
+//! replies, or replies with the errno `fs/error.rs` chose. No behaviour and no errno choice
+//! lives here.
 
 use std::ffi::OsStr;
-use std::future::Future;
 use std::sync::Arc;
-use std::task::Context;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle;
 
-use crate::fs::{Attr, FileKind, Fs, FsError};
+use super::reply::{self, file_attr, file_type, ErrorReply};
+use super::request::op;
+use crate::fs::{Attr, Fs, FsError};
 
 /// Requests the kernel may have in flight at once (reads are asynchronous).
 const MAX_BACKGROUND: u16 = 64;
 
 pub struct ZarrFuse {
-    fs: Arc<Fs>,
-    rt: Handle,
+    pub(super) fs: Arc<Fs>,
+    pub(super) rt: Handle,
 }
 
 impl ZarrFuse {
@@ -39,54 +34,6 @@ impl ZarrFuse {
     fn ttl(&self) -> Duration {
         self.fs.config().attr_ttl
     }
-
-    /// Run a request: inline if it completes at once, else as a task on the runtime.
-    fn run(&self, op: &'static str, request: impl Future<Output = ()> + Send + 'static) {
-        let _context = self.rt.enter();
-        let mut request = Box::pin(request);
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-        if request.as_mut().poll(&mut cx).is_pending() {
-            // Whatever it waits on is registered again with the task's real waker when the
-            // runtime polls it, so the no-op waker of the first poll is never relied upon.
-            tracing::trace!(op, "request waits; continued on the runtime");
-            self.rt.spawn(request);
-        }
-    }
-}
-
-fn errno(code: i32) -> Errno {
-    Errno::from_i32(code)
-}
-
-pub fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.size.div_ceil(512),
-        atime: a.mtime,
-        mtime: a.mtime,
-        ctime: a.mtime,
-        crtime: a.mtime,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-fn file_type(kind: FileKind) -> FileType {
-    match kind {
-        FileKind::File => FileType::RegularFile,
-        FileKind::Dir => FileType::Directory,
-    }
-}
-
-fn name_str(name: &OsStr) -> Option<&str> {
-    name.to_str()
 }
 
 impl Filesystem for ZarrFuse {
@@ -100,16 +47,16 @@ impl Filesystem for ZarrFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let Some(name) = name_str(name).map(str::to_string) else {
-            return reply.error(Errno::ENOENT);
-        };
-        let (fs, ttl) = (self.fs.clone(), self.ttl());
-        self.run("lookup", async move {
-            match fs.lookup(parent.0, &name).await {
-                Ok(attr) => reply.entry(&ttl, &file_attr(&attr), Generation(0)),
-                Err(e) => reply.error(errno(fs.fail("lookup", parent.0, &e))),
-            }
-        });
+        let ttl = self.ttl();
+        self.answer_named(
+            "lookup",
+            parent,
+            name,
+            FsError::NotFound,
+            reply,
+            |fs, name| async move { fs.lookup(parent.0, &name).await },
+            move |r, attr| reply::entry(r, &ttl, &attr),
+        );
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -118,11 +65,9 @@ impl Filesystem for ZarrFuse {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let (fs, ttl) = (self.fs.clone(), self.ttl());
-        self.run("getattr", async move {
-            match fs.getattr(ino.0).await {
-                Ok(attr) => reply.attr(&ttl, &file_attr(&attr)),
-                Err(e) => reply.error(errno(fs.fail("getattr", ino.0, &e))),
-            }
+        let request = async move { fs.getattr(ino.0).await };
+        self.answer(op("getattr", ino), reply, request, move |r, attr| {
+            r.attr(&ttl, &file_attr(&attr))
         });
     }
 
@@ -130,11 +75,9 @@ impl Filesystem for ZarrFuse {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let fs = self.fs.clone();
-        self.run("open", async move {
-            match fs.open(ino.0, write, truncate).await {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-                Err(e) => reply.error(errno(fs.fail("open", ino.0, &e))),
-            }
+        let request = async move { fs.open(ino.0, write, truncate).await };
+        self.answer(op("open", ino), reply, request, |r, fh| {
+            r.opened(FileHandle(fh), FopenFlags::empty())
         });
     }
 
@@ -150,18 +93,14 @@ impl Filesystem for ZarrFuse {
         reply: ReplyData,
     ) {
         let fs = self.fs.clone();
-        self.run("read", async move {
-            match fs.read(fh.0, offset, size).await {
-                Ok(bytes) => reply.data(&bytes),
-                Err(e) => reply.error(errno(fs.fail("read", ino.0, &e))),
-            }
-        });
+        let request = async move { fs.read(fh.0, offset, size).await };
+        self.answer(op("read", ino).fh(fh), reply, request, |r, bytes| r.data(&bytes));
     }
 
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -169,48 +108,40 @@ impl Filesystem for ZarrFuse {
         reply: ReplyEmpty,
     ) {
         let fs = self.fs.clone();
-        self.run("release", async move {
+        let request = async move {
             fs.release(fh.0).await;
-            reply.ok();
-        });
+            Ok(())
+        };
+        self.answer(op("release", ino).fh(fh), reply, request, |r, ()| r.ok());
     }
 
     fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         if !self.fs.config().writable {
             // Nothing is ever dirty in a read-only mount. ENOSYS tells the kernel to stop sending
             // FLUSH at all, which saves a round trip on every close().
-            return reply.error(Errno::ENOSYS);
+            return reply.fail(&FsError::NotImplemented);
         }
         let fs = self.fs.clone();
-        self.run("flush", async move {
-            match fs.flush(fh.0).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(fs.fail("flush", ino.0, &e))),
-            }
-        });
+        let request = async move { fs.flush(fh.0).await };
+        self.answer(op("flush", ino).fh(fh), reply, request, |r, ()| r.ok());
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
-        self.run("fsync", async move {
-            match fs.fsync(fh.0).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(fs.fail("fsync", ino.0, &e))),
-            }
-        });
+        let request = async move { fs.fsync(fh.0).await };
+        self.answer(op("fsync", ino).fh(fh), reply, request, |r, ()| r.ok());
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let fs = self.fs.clone();
-        self.run("opendir", async move {
-            match fs.opendir(ino.0).await {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-                Err(e) => reply.error(errno(fs.fail("opendir", ino.0, &e))),
-            }
+        let request = async move { fs.opendir(ino.0).await };
+        self.answer(op("opendir", ino), reply, request, |r, fh| {
+            r.opened(FileHandle(fh), FopenFlags::empty())
         });
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let _span = op("readdir", ino).fh(fh).span().entered();
         match self.fs.readdir(ino.0, fh.0, offset) {
             Ok(items) => {
                 for item in items {
@@ -221,47 +152,55 @@ impl Filesystem for ZarrFuse {
                 }
                 reply.ok();
             }
-            Err(e) => reply.error(errno(self.fs.fail("readdir", ino.0, &e))),
+            Err(e) => {
+                self.fs.fail("readdir", ino.0, &e);
+                reply.fail(&e);
+            }
         }
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let _span = op("readdirplus", ino).fh(fh).span().entered();
         let ttl = self.ttl();
-        match self.fs.readdir(ino.0, fh.0, offset) {
-            Ok(items) => {
-                for item in items {
-                    let child = self.fs.entry_ino(&item, true);
-                    let attr = match &item.node {
-                        Some(node) => self.fs.attr(child, node),
-                        None => dir_attr(&self.fs, child),
-                    };
-                    if reply.add(
-                        INodeNo(child),
-                        item.offset,
-                        &item.name,
-                        &ttl,
-                        &file_attr(&attr),
-                        Generation(0),
-                    ) {
-                        // Did not fit: the kernel never saw it, so take the counted lookup back.
-                        if item.ino.is_none() {
-                            self.fs.forget(child, 1);
-                        }
-                        break;
-                    }
-                }
-                reply.ok();
+        let items = match self.fs.readdir(ino.0, fh.0, offset) {
+            Ok(items) => items,
+            Err(e) => {
+                self.fs.fail("readdirplus", ino.0, &e);
+                return reply.fail(&e);
             }
-            Err(e) => reply.error(errno(self.fs.fail("readdirplus", ino.0, &e))),
+        };
+        for item in items {
+            let child = self.fs.entry_ino(&item, true);
+            let attr = match &item.node {
+                Some(node) => self.fs.attr(child, node),
+                None => dir_attr(&self.fs, child),
+            };
+            if reply.add(
+                INodeNo(child),
+                item.offset,
+                &item.name,
+                &ttl,
+                &file_attr(&attr),
+                Generation(0),
+            ) {
+                // Did not fit: the kernel never saw it, so take the counted lookup back.
+                if item.ino.is_none() {
+                    self.fs.forget(child, 1);
+                }
+                break;
+            }
         }
+        reply.ok();
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _span = op("releasedir", ino).fh(fh).span().entered();
         self.fs.releasedir(fh.0);
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let _span = op("statfs", ino).span().entered();
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -269,25 +208,22 @@ impl Filesystem for ZarrFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let Some(name) = name_str(name).map(str::to_string) else {
-            return reply.error(Errno::ENODATA);
-        };
-        let fs = self.fs.clone();
-        self.run("getxattr", async move {
-            match fs.getxattr(ino.0, &name).await {
-                Ok(value) => xattr_reply(reply, size, &value),
-                Err(e) => reply.error(errno(fs.fail("getxattr", ino.0, &e))),
-            }
-        });
+        self.answer_named(
+            "getxattr",
+            ino,
+            name,
+            FsError::NoAttribute,
+            reply,
+            |fs, name| async move { fs.getxattr(ino.0, &name).await },
+            move |r, value| reply::xattr(r, size, &value),
+        );
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let fs = self.fs.clone();
-        self.run("listxattr", async move {
-            match fs.listxattr(ino.0).await {
-                Ok(value) => xattr_reply(reply, size, &value),
-                Err(e) => reply.error(errno(fs.fail("listxattr", ino.0, &e))),
-            }
+        let request = async move { fs.listxattr(ino.0).await };
+        self.answer(op("listxattr", ino), reply, request, move |r, value| {
+            reply::xattr(r, size, &value)
         });
     }
 
@@ -303,12 +239,12 @@ impl Filesystem for ZarrFuse {
         reply: fuser::ReplyIoctl,
     ) {
         // Files here are not terminals or devices (Python asks, to decide on line buffering).
-        reply.error(Errno::ENOTTY);
+        reply.fail(&FsError::NotATerminal);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         if mask.contains(AccessFlags::W_OK) && !self.fs.config().writable {
-            return reply.error(errno(FsError::ReadOnly.errno()));
+            return reply.fail(&FsError::ReadOnly);
         }
         reply.ok();
     }
@@ -333,20 +269,16 @@ impl Filesystem for ZarrFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        if !self.fs.config().writable {
-            return reply.error(Errno::EROFS);
-        }
         let (fs, ttl) = (self.fs.clone(), self.ttl());
-        self.run("setattr", async move {
+        let request = async move {
             // Modes, owners and times are not stored: they are accepted and shown as before.
-            let result = match size {
+            match size {
                 Some(size) => fs.truncate(ino.0, size, fh.map(|f| f.0)).await,
-                None => fs.getattr(ino.0).await,
-            };
-            match result {
-                Ok(attr) => reply.attr(&ttl, &file_attr(&attr)),
-                Err(e) => reply.error(errno(fs.fail("setattr", ino.0, &e))),
+                None => fs.setattr_unchanged(ino.0).await,
             }
+        };
+        self.answer(op("setattr", ino), reply, request, move |r, attr| {
+            r.attr(&ttl, &file_attr(&attr))
         });
     }
 
@@ -360,23 +292,20 @@ impl Filesystem for ZarrFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let Some(name) = name_str(name).map(str::to_string) else {
-            return reply.error(Errno::EINVAL);
-        };
-        let (fs, ttl) = (self.fs.clone(), self.ttl());
+        let ttl = self.ttl();
         let truncate = flags & libc::O_EXCL == 0;
-        self.run("create", async move {
-            match fs.create(parent.0, &name, truncate).await {
-                Ok((attr, fh)) => reply.created(
-                    &ttl,
-                    &file_attr(&attr),
-                    Generation(0),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                ),
-                Err(e) => reply.error(errno(fs.fail("create", parent.0, &e))),
-            }
-        });
+        self.answer_named(
+            "create",
+            parent,
+            name,
+            FsError::InvalidName,
+            reply,
+            |fs, name| async move { fs.create(parent.0, &name, truncate).await },
+            move |r, (attr, fh)| {
+                let attr = file_attr(&attr);
+                r.created(&ttl, &attr, Generation(0), FileHandle(fh), FopenFlags::empty())
+            },
+        );
     }
 
     fn write(
@@ -392,51 +321,45 @@ impl Filesystem for ZarrFuse {
         reply: ReplyWrite,
     ) {
         let (fs, data) = (self.fs.clone(), data.to_vec());
-        self.run("write", async move {
-            match fs.write(fh.0, offset, &data).await {
-                Ok(n) => reply.written(n),
-                Err(e) => reply.error(errno(fs.fail("write", ino.0, &e))),
-            }
-        });
+        let request = async move { fs.write(fh.0, offset, &data).await };
+        self.answer(op("write", ino).fh(fh), reply, request, |r, n| r.written(n));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Some(name) = name_str(name).map(str::to_string) else {
-            return reply.error(Errno::ENOENT);
-        };
-        let fs = self.fs.clone();
-        self.run("unlink", async move {
-            match fs.unlink(parent.0, &name).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(fs.fail("unlink", parent.0, &e))),
-            }
-        });
+        self.answer_named(
+            "unlink",
+            parent,
+            name,
+            FsError::NotFound,
+            reply,
+            |fs, name| async move { fs.unlink(parent.0, &name).await },
+            |r, ()| r.ok(),
+        );
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
-        let Some(name) = name_str(name).map(str::to_string) else {
-            return reply.error(Errno::EINVAL);
-        };
-        let (fs, ttl) = (self.fs.clone(), self.ttl());
-        self.run("mkdir", async move {
-            match fs.mkdir(parent.0, &name).await {
-                Ok(attr) => reply.entry(&ttl, &file_attr(&attr), Generation(0)),
-                Err(e) => reply.error(errno(fs.fail("mkdir", parent.0, &e))),
-            }
-        });
+        let ttl = self.ttl();
+        self.answer_named(
+            "mkdir",
+            parent,
+            name,
+            FsError::InvalidName,
+            reply,
+            |fs, name| async move { fs.mkdir(parent.0, &name).await },
+            move |r, attr| reply::entry(r, &ttl, &attr),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let Some(name) = name_str(name).map(str::to_string) else {
-            return reply.error(Errno::ENOENT);
-        };
-        let fs = self.fs.clone();
-        self.run("rmdir", async move {
-            match fs.rmdir(parent.0, &name).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(fs.fail("rmdir", parent.0, &e))),
-            }
-        });
+        self.answer_named(
+            "rmdir",
+            parent,
+            name,
+            FsError::NotFound,
+            reply,
+            |fs, name| async move { fs.rmdir(parent.0, &name).await },
+            |r, ()| r.ok(),
+        );
     }
 
     fn rename(
@@ -449,54 +372,42 @@ impl Filesystem for ZarrFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let (Some(name), Some(new_name)) = (
-            name_str(name).map(str::to_string),
-            name_str(new_name).map(str::to_string),
-        ) else {
-            return reply.error(Errno::EINVAL);
+        let Some(new_name) = new_name.to_str().map(str::to_string) else {
+            return reply.fail(&FsError::InvalidName);
         };
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
-            return reply.error(Errno::EINVAL);
+            return reply.fail(&FsError::InvalidArgument);
         }
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        let fs = self.fs.clone();
-        self.run("rename", async move {
-            match fs.rename(parent.0, &name, new_parent.0, &new_name, no_replace).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(fs.fail("rename", parent.0, &e))),
-            }
-        });
+        self.answer_named(
+            "rename",
+            parent,
+            name,
+            FsError::InvalidName,
+            reply,
+            move |fs, name| async move { fs.rename(parent.0, &name, new_parent.0, &new_name, no_replace).await },
+            |r, ()| r.ok(),
+        );
     }
 
     fn mknod(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _m: u32, _u: u32, _r: u32, reply: ReplyEntry) {
-        reply.error(self.unsupported());
+        reply.fail(&self.fs.cannot_represent());
     }
 
     fn symlink(&self, _req: &Request, _p: INodeNo, _n: &OsStr, _l: &std::path::Path, reply: ReplyEntry) {
-        reply.error(self.unsupported());
+        reply.fail(&self.fs.cannot_represent());
     }
 
     fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
-        reply.error(self.unsupported());
+        reply.fail(&self.fs.cannot_represent());
     }
 
     fn setxattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, _v: &[u8], _f: i32, _p: u32, reply: ReplyEmpty) {
-        reply.error(self.unsupported());
+        reply.fail(&self.fs.cannot_represent());
     }
 
     fn removexattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
-        reply.error(self.unsupported());
-    }
-}
-
-impl ZarrFuse {
-    /// For operations a Zarr store cannot represent (links, device nodes, extended attributes).
-    fn unsupported(&self) -> Errno {
-        if self.fs.config().writable {
-            Errno::EPERM
-        } else {
-            Errno::EROFS
-        }
+        reply.fail(&self.fs.cannot_represent());
     }
 }
 
@@ -509,16 +420,4 @@ fn dir_attr(fs: &Fs, ino: u64) -> Attr {
             source: crate::view::Source::Dir,
         },
     )
-}
-
-/// Answer a getxattr/listxattr: the size when asked for it, ERANGE when the buffer is short.
-fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
-    let len = u32::try_from(value.len()).unwrap_or(u32::MAX);
-    if size == 0 {
-        reply.size(len);
-    } else if size < len {
-        reply.error(Errno::ERANGE);
-    } else {
-        reply.data(value);
-    }
 }

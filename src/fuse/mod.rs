@@ -2,4 +2,6 @@
 
 pub mod adapter;
 pub mod mount_table;
+pub mod reply;
+mod request;
 pub mod session;

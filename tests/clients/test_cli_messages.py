@@ -140,3 +140,23 @@ def test_stats_command(zarrfs_bin, tree, mounter, tmp_path):
     assert set(shown) == set(counters) and shown["get"] >= counters["get"] > 0
     res = run(zarrfs_bin, "stats", tmp_path)
     assert res.returncode != 0 and "is not mounted" in res.stderr
+
+
+def test_debug_logs_follow_each_request(zarrfs_bin, tree, tmp_path):
+    """With RUST_LOG=debug every FUSE request runs in a span naming its operation, inode and
+    name: the failure of a lookup and the request's end (with its duration) carry it."""
+    mnt, log = tmp_path / "m", tmp_path / "debug.log"
+    mnt.mkdir()
+    env = {**Mount.daemon_env(), "RUST_LOG": "zarrfs=debug"}
+    res = run(zarrfs_bin, "mount", tree.root, mnt, "--read-only", "--log-file", log, env=env)
+    assert res.returncode == 0, res.stderr
+    try:
+        assert not (mnt / "no-such-name").exists()
+        (mnt / "zarr.json").read_bytes()
+    finally:
+        run(zarrfs_bin, "unmount", mnt)
+    text = log.read_text()
+    lookups = [line for line in text.splitlines() if 'op="lookup"' in line and "no-such-name" in line]
+    assert any("no such file or directory" in line for line in lookups), lookups
+    assert any("close" in line and "time.busy" in line for line in lookups), lookups
+    assert any('op="read"' in line and "fh=Some(" in line for line in text.splitlines())

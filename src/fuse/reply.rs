@@ -1,0 +1,85 @@
+//! fuser's reply types as the adapter uses them: any reply can carry an error (so one helper
+//! answers every request), and `fs` values become fuser's attribute and file-type types.
+
+use std::time::Duration;
+
+use fuser::{
+    Errno, FileAttr, FileType, Generation, INodeNo, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+};
+
+use crate::fs::{Attr, FileKind, FsError};
+
+/// A reply that can carry an error.
+pub trait ErrorReply: Send + 'static {
+    fn fail(self, e: &FsError);
+}
+
+macro_rules! error_replies {
+    ($($reply:ty),* $(,)?) => {
+        $(impl ErrorReply for $reply {
+            fn fail(self, e: &FsError) {
+                self.error(Errno::from_i32(e.errno()));
+            }
+        })*
+    };
+}
+
+error_replies!(
+    ReplyAttr,
+    ReplyCreate,
+    ReplyData,
+    ReplyDirectory,
+    ReplyDirectoryPlus,
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyIoctl,
+    ReplyOpen,
+    ReplyStatfs,
+    ReplyWrite,
+    ReplyXattr,
+);
+
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: a.mtime,
+        mtime: a.mtime,
+        ctime: a.mtime,
+        crtime: a.mtime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+pub fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+    }
+}
+
+/// Answer a lookup-like request with an entry.
+pub fn entry(reply: ReplyEntry, ttl: &Duration, attr: &Attr) {
+    reply.entry(ttl, &file_attr(attr), Generation(0));
+}
+
+/// Answer a getxattr/listxattr: the size when asked for it, ERANGE when the buffer is short.
+pub fn xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
+    let len = u32::try_from(value.len()).unwrap_or(u32::MAX);
+    if size == 0 {
+        reply.size(len);
+    } else if size < len {
+        reply.fail(&FsError::BufferTooSmall);
+    } else {
+        reply.data(value);
+    }
+}
