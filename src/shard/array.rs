@@ -484,22 +484,9 @@ fn decode_index(
     start: u64,
     len: u64,
 ) -> Result<(u64, ShardIndex), ShardError> {
-    let index_size = level.index_size();
-    let data_len = match level.index_location {
-        IndexLocation::End => len - index_size,
-        IndexLocation::Start => len,
-    };
-    let index = ShardIndex::decode(bytes, level.num_chunks(), level.index_codec, data_len)
+    let index = level
+        .decode_index(bytes, len)
         .map_err(|e| ShardError::from_zarr(key, e))?;
-    if level.index_location == IndexLocation::Start {
-        let overlapping = index.iter().find(|(_, r)| r.is_some_and(|r| r.offset < index_size));
-        if let Some((chunk, _)) = overlapping {
-            return Err(ShardError::corrupt(
-                key,
-                format!("index entry of chunk {chunk} points into the index"),
-            ));
-        }
-    }
     Ok((start, index))
 }
 

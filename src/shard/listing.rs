@@ -11,17 +11,7 @@
 
 use super::{ChunkLocation, ShardError, ShardedArray};
 use crate::store::{DirEntry, EntryKind};
-use crate::zarr::key_encoding::{ChunkKeyEncoding, Separator};
-
-/// A coordinate written canonically: decimal digits, no sign, no leading zero.
-fn parse_coord(s: &str) -> Option<u64> {
-    let canonical = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
-    if canonical {
-        s.parse().ok()
-    } else {
-        None
-    }
-}
+use crate::zarr::key_encoding::{parse_coord, ChunkKeyEncoding, Separator};
 
 /// Every coordinate tuple in the box `[lo, hi)`, in C order.
 fn box_coords(lo: &[u64], hi: &[u64]) -> Vec<Vec<u64>> {
@@ -59,15 +49,7 @@ impl ShardedArray {
     /// Store prefix of the directory holding shards whose leading coordinates are `shard_prefix`
     /// (only meaningful with `/` separators).
     fn shard_dir(&self, shard_prefix: &[u64]) -> String {
-        let mut dir = self.prefix.clone();
-        if matches!(self.encoding, ChunkKeyEncoding::Default(_)) {
-            dir.push_str("c/");
-        }
-        for c in shard_prefix {
-            dir.push_str(&c.to_string());
-            dir.push('/');
-        }
-        dir
+        format!("{}{}", self.prefix, self.encoding.dir_of(shard_prefix))
     }
 
     fn shard_prefix_of(&self, prefix: &[u64]) -> Vec<u64> {
@@ -159,7 +141,8 @@ impl ShardedArray {
         match self.encoding {
             ChunkKeyEncoding::Default(Separator::Slash) if self.ndim() > 0 => {
                 let exists = self.dir_exists(&[]).await?;
-                Ok(if exists { vec![DirEntry::dir("c")] } else { vec![] })
+                let top = self.encoding.top_dir().filter(|_| exists);
+                Ok(top.map(DirEntry::dir).into_iter().collect())
             }
             ChunkKeyEncoding::V2(Separator::Slash) if self.ndim() > 0 => self.list_chunk_dir(&[]).await,
             _ => self.list_flat().await,

@@ -136,6 +136,31 @@ impl ChunkKeyEncoding {
         key
     }
 
+    /// The directory (relative to the array, ending in `/`, or empty) that holds the keys of
+    /// chunks whose leading coordinates are `prefix`: `c/1/2/` (default) or `1/2/` (v2). Only
+    /// `/` separators make directories; with `.` every key sits in the array's directory.
+    pub fn dir_of(&self, prefix: &[u64]) -> String {
+        let mut dir = String::new();
+        if self.separator() != '/' {
+            return dir;
+        }
+        if let Some(top) = self.top_dir() {
+            dir.push_str(top);
+            dir.push('/');
+        }
+        for c in prefix {
+            dir.push_str(&c.to_string());
+            dir.push('/');
+        }
+        dir
+    }
+
+    /// The one directory of the array's own directory that holds every chunk key of an array
+    /// with dimensions (`c` for the default encoding with `/`), if there is one.
+    pub fn top_dir(&self) -> Option<&'static str> {
+        matches!(self, ChunkKeyEncoding::Default(Separator::Slash)).then_some("c")
+    }
+
     /// Coordinates of `key` for an array of `ndim` dimensions, if `key` is
     /// exactly what [`encode`](Self::encode) produces for them.
     pub fn decode(&self, key: &str, ndim: usize) -> Option<Vec<u64>> {
@@ -220,7 +245,7 @@ fn parse_coords(s: &str, sep: char, ndim: usize) -> Option<Vec<u64>> {
 }
 
 /// A canonical decimal `u64`: ASCII digits only, no sign, no leading zeros.
-fn parse_coord(s: &str) -> Option<u64> {
+pub fn parse_coord(s: &str) -> Option<u64> {
     let bytes = s.as_bytes();
     match bytes {
         [] => return None,
@@ -248,6 +273,25 @@ mod tests {
         ChunkKeyEncoding::V2(Separator::Dot),
     ];
     const DEF_SLASH: ChunkKeyEncoding = ChunkKeyEncoding::Default(Separator::Slash);
+
+    #[test]
+    fn chunk_directories_hold_the_keys_they_name() {
+        for e in ALL {
+            for prefix in [vec![], vec![3], vec![3, 0]] {
+                let dir = e.dir_of(&prefix);
+                let key = e.encode(&[prefix.clone(), vec![7, 1, 2]].concat()[..3]);
+                assert!(key.starts_with(&dir), "{e:?} {prefix:?}: {key} not under {dir:?}");
+                if e.separator() == '.' {
+                    assert_eq!(dir, "");
+                }
+            }
+        }
+        assert_eq!(DEF_SLASH.dir_of(&[4, 5]), "c/4/5/");
+        assert_eq!(ChunkKeyEncoding::V2(Separator::Slash).dir_of(&[4]), "4/");
+        assert_eq!(DEF_SLASH.top_dir(), Some("c"));
+        assert_eq!(ChunkKeyEncoding::Default(Separator::Dot).top_dir(), None);
+        assert_eq!(ChunkKeyEncoding::V2(Separator::Slash).top_dir(), None);
+    }
     const DEF_DOT: ChunkKeyEncoding = ChunkKeyEncoding::Default(Separator::Dot);
     const V2_SLASH: ChunkKeyEncoding = ChunkKeyEncoding::V2(Separator::Slash);
     const V2_DOT: ChunkKeyEncoding = ChunkKeyEncoding::V2(Separator::Dot);

@@ -112,33 +112,15 @@ fn unpack_level(shard: &Bytes, levels: &[ShardLevel], budget: &mut Budget) -> Re
         return Err(no_levels());
     };
     let len = shard.len() as u64;
-    let n = level.num_chunks();
-    let index_size = ShardIndex::encoded_size(n, level.index_codec)?;
-    let (index_start, data_len) = match len.checked_sub(index_size) {
-        None => {
-            return Err(ZarrError::Length {
-                what: "shard shorter than its index",
-                expected: index_size,
-                actual: len,
-            })
-        }
-        Some(_) if level.index_location == IndexLocation::Start => (0, len),
-        Some(before_index) => (before_index, before_index),
-    };
-    budget.take(n)?;
-    let index_bytes = slice(shard, u64::MAX, index_start, index_size)?;
-    let index = ShardIndex::decode(&index_bytes, n, level.index_codec, data_len)?;
+    let index_start = level.index_offset(len)?;
+    budget.take(level.num_chunks())?;
+    let index_bytes = slice(shard, u64::MAX, index_start, level.index_size())?;
+    let index = level.decode_index(&index_bytes, len)?;
     let mut content = ShardContent::default();
     for (chunk, range) in index.iter() {
         let Some(ChunkRange { offset, nbytes }) = range else {
             continue;
         };
-        if level.index_location == IndexLocation::Start && offset < index_size {
-            return Err(ZarrError::invalid(
-                "shard index",
-                format!("entry of chunk {chunk} at offset {offset} points into the {index_size}-byte index at the start of the shard"),
-            ));
-        }
         let bytes = slice(shard, chunk, offset, nbytes)?;
         if rest.is_empty() {
             content.chunks.insert(chunk, Packed::Bytes(bytes));
@@ -207,10 +189,7 @@ pub fn pack(content: &ShardContent, levels: &[ShardLevel]) -> Result<Option<Vec<
     }
     let index_size = ShardIndex::encoded_size(n, level.index_codec)?;
     let mut index = ShardIndex::empty(n)?;
-    let mut pos = match level.index_location {
-        IndexLocation::Start => index_size,
-        IndexLocation::End => 0,
-    };
+    let mut pos = level.data_start();
     for (chunk, part) in &parts {
         let nbytes = part.len() as u64;
         index.set(*chunk, Some(ChunkRange { offset: pos, nbytes }))?;

@@ -194,6 +194,42 @@ impl ShardLevel {
         ShardIndex::encoded_size(self.num_chunks(), self.index_codec).unwrap_or(u64::MAX)
     }
 
+    /// Where chunks start in a shard this level packs: after an index at the start, else at 0.
+    pub fn data_start(&self) -> u64 {
+        match self.index_location {
+            IndexLocation::Start => self.index_size(),
+            IndexLocation::End => 0,
+        }
+    }
+
+    /// Decode this level's index of a shard of `shard_len` bytes (`index_bytes`: the bytes at
+    /// [`index_offset`](Self::index_offset)). Every entry must lie inside the shard and outside
+    /// its index: before an index at the end, after an index at the start. The one place these
+    /// rules live, for reading chunks and for unpacking shards alike.
+    pub fn decode_index(&self, index_bytes: &[u8], shard_len: u64) -> Result<ShardIndex, ZarrError> {
+        let index_size = self.index_size();
+        let data_len = match self.index_location {
+            IndexLocation::End => self.index_offset(shard_len)?,
+            IndexLocation::Start => shard_len,
+        };
+        let index = ShardIndex::decode(index_bytes, self.num_chunks(), self.index_codec, data_len)?;
+        if self.index_location == IndexLocation::Start {
+            let into_index = index
+                .iter()
+                .find_map(|(chunk, r)| r.filter(|r| r.offset < index_size).map(|r| (chunk, r)));
+            if let Some((chunk, range)) = into_index {
+                return Err(ZarrError::invalid(
+                    "shard index",
+                    format!(
+                        "entry of chunk {chunk} at offset {} points into the {index_size}-byte index at the start of the shard",
+                        range.offset
+                    ),
+                ));
+            }
+        }
+        Ok(index)
+    }
+
     /// Byte offset of the index within a shard of `shard_len` bytes; an error
     /// if the shard is too short to hold it.
     pub fn index_offset(&self, shard_len: u64) -> Result<u64, ZarrError> {
