@@ -1,0 +1,430 @@
+//! The local filesystem store (`specs/v3-store-filesystem.rst`): key `a/b/c` is the file
+//! `ROOT/a/b/c`. Keys are validated before they are joined onto the root, so no key can name a
+//! path outside it.
+//!
+//! A version is (inode, size, mtime). Values are replaced by writing a temporary file in the
+//! same directory and renaming it over the old one, so a replaced value always gets a new
+//! inode: a reader that opened the old file keeps reading the old bytes, and a pinned read
+//! (`if_version`) compares the version of the *open file* (fstat), which makes the check and
+//! the read refer to the same bytes without a second request.
+//!
+//! Pinned reads (the chunk reads of the sharding transformer) go through a small cache of open
+//! files: a cached descriptor is used only while the path still names the pinned version (a
+//! `stat` per read), which saves an open and a close per chunk and keeps the kernel's readahead
+//! state across the chunks of a shard.
+//!
+//! File I/O runs where blocking is allowed. A FUSE worker thread polling a request (and any
+//! caller outside a tokio task) runs it inline: reads of local files are served from the page
+//! cache in microseconds, and handing each one to another thread would cost as much as the read
+//! itself. Inside a task on the runtime's workers — a group commit or a write-back pass, with
+//! their `flock` waits and `fsync`s — it runs through `block_in_place`, which first hands the
+//! worker's other tasks to another thread, so no request waits behind this I/O.
+//!
+//! The module's parts: [`replace`] writes conditionally (the protocol against cooperating and
+//! foreign writers), [`version`] says what a version is and keeps versions from repeating,
+//! [`listing`] walks directories.
+
+mod listing;
+mod replace;
+mod version;
+
+use listing::*;
+use replace::*;
+pub use version::meta_of;
+use version::*;
+
+use std::fs::{self, File};
+use std::io::{ErrorKind, Write};
+use std::num::NonZeroUsize;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use lru::LruCache;
+
+use super::key::{validate, validate_prefix};
+#[cfg(test)]
+use super::lock::hook::{self, Point};
+use super::lock::{unsupported, Dir, RENAME_EXCHANGE, RENAME_NOREPLACE};
+use super::{
+    Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Precondition, Store, StoreError, StoreResult,
+    Version,
+};
+
+/// Names of in-flight temporary files start with this; listings hide them.
+const TEMP_MARKER: &str = ".zarrfs-tmp.";
+
+/// Open files kept for pinned reads.
+const OPEN_FILES: usize = 64;
+
+/// Numbers temporary names, process-wide: two stores of one process on one directory must not
+/// pick the same name.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// How often a conflicting exchange is undone and redone while foreign renames keep landing in
+/// between (see the module docs) before the newest value is put back plainly.
+const RESTORE_ATTEMPTS: usize = 8;
+
+#[derive(Debug)]
+pub struct LocalStore {
+    root: PathBuf,
+    writable: bool,
+    /// Open files for pinned reads, with the version each was opened at.
+    open_files: Mutex<LruCache<String, (Arc<File>, Version)>>,
+    /// Removes temporary files left by crashed writers, once per directory written.
+    sweeper: super::sweep::Sweeper,
+}
+
+impl LocalStore {
+    /// A store rooted at an existing directory.
+    pub fn new(root: impl Into<PathBuf>, writable: bool) -> std::io::Result<Self> {
+        let root = root.into();
+        let meta = fs::metadata(&root)?;
+        if !meta.is_dir() {
+            return Err(std::io::Error::new(ErrorKind::NotADirectory, "not a directory"));
+        }
+        let capacity = NonZeroUsize::new(OPEN_FILES).unwrap_or(NonZeroUsize::MIN);
+        Ok(LocalStore {
+            root,
+            writable,
+            open_files: Mutex::new(LruCache::new(capacity)),
+            sweeper: Default::default(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, key: &str) -> StoreResult<PathBuf> {
+        validate(key)?;
+        Ok(self.root.join(key))
+    }
+
+    fn dir_path(&self, prefix: &str) -> StoreResult<PathBuf> {
+        validate_prefix(prefix)?;
+        Ok(self.root.join(prefix.trim_end_matches('/')))
+    }
+
+    /// A pinned read through the cache of open files. The path is stat'ed first: a cached file
+    /// is used only while the path still names the pinned version, so a replaced value is
+    /// never served, and a stat costs far less than an open and a close.
+    fn get_pinned(
+        &self,
+        path: &Path,
+        key: &str,
+        pinned: &Version,
+        opts: &GetOptions,
+    ) -> StoreResult<Option<GetResult>> {
+        let current = match fs::metadata(path) {
+            Ok(m) if m.is_dir() => return Ok(None),
+            Ok(m) => meta_of(&m).version,
+            Err(e) if is_missing(&e) => return Ok(None),
+            Err(e) => return Err(StoreError::io(key, e)),
+        };
+        if current != *pinned {
+            return Err(StoreError::VersionMismatch {
+                key: key.to_string(),
+                expected: pinned.0.clone(),
+            });
+        }
+        let cached = self
+            .open_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned();
+        if let Some((file, version)) = cached {
+            if version == *pinned {
+                return read_open(&file, key, opts);
+            }
+        }
+        let Some(file) = open_file(path, key)? else {
+            return Ok(None);
+        };
+        let result = read_open(&file, key, opts)?;
+        if let Some(got) = &result {
+            let entry = (Arc::new(file), got.meta.version.clone());
+            self.open_files
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .put(key.to_string(), entry);
+        }
+        Ok(result)
+    }
+
+    fn temp_path(&self, target: &Path) -> PathBuf {
+        let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("value");
+        target.with_file_name(temp_name(name))
+    }
+
+    /// The directory of a key and the key's name in it.
+    fn split<'k>(&self, key: &'k str) -> StoreResult<(PathBuf, &'k str)> {
+        validate(key)?;
+        Ok(match key.rsplit_once('/') {
+            Some((dir, name)) => (self.root.join(dir), name),
+            None => (self.root.clone(), key),
+        })
+    }
+}
+
+/// Errors that mean "no value under this key".
+fn is_missing(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory)
+}
+
+/// Run file I/O where blocking is allowed (see the module docs).
+async fn blocking<T>(f: impl FnOnce() -> StoreResult<T>) -> StoreResult<T> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let on_worker = tokio::task::try_id().is_some()
+        && Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if on_worker {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
+fn open_file(path: &Path, key: &str) -> StoreResult<Option<File>> {
+    match File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if is_missing(&e) => Ok(None),
+        Err(e) => Err(StoreError::io(key, e)),
+    }
+}
+
+/// Read from an open file, after checking its version against the pin.
+fn read_open(file: &File, key: &str, opts: &GetOptions) -> StoreResult<Option<GetResult>> {
+    let m = file.metadata().map_err(|e| StoreError::io(key, e))?;
+    if m.is_dir() {
+        return Ok(None);
+    }
+    let meta = meta_of(&m);
+    if let Some(expected) = &opts.if_version {
+        if *expected != meta.version {
+            return Err(StoreError::VersionMismatch {
+                key: key.to_string(),
+                expected: expected.0.clone(),
+            });
+        }
+    }
+    let (start, end) = opts.byte_range().resolve(meta.size);
+    let len = usize::try_from(end - start)
+        .map_err(|_| StoreError::io(key, std::io::Error::new(ErrorKind::InvalidInput, "range too large")))?;
+    let mut buf = vec![0u8; len];
+    let mut filled = 0;
+    while filled < len {
+        match file.read_at(&mut buf[filled..], start + filled as u64) {
+            Ok(0) => break, // the file shrank under us; return what is there
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(StoreError::io(key, e)),
+        }
+    }
+    buf.truncate(filled);
+    Ok(Some(GetResult {
+        bytes: Bytes::from(buf),
+        offset: start,
+        meta,
+    }))
+}
+
+fn write_atomically(path: &Path, temp: &Path, key: &str, value: &[u8]) -> StoreResult<Version> {
+    let io = |e| StoreError::io(key, e);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io)?;
+    }
+    let result = (|| {
+        let mut f = File::create(temp)?;
+        f.write_all(value)?;
+        f.sync_all()?;
+        fs::rename(temp, path)?;
+        if let Some(parent) = path.parent() {
+            File::open(parent)?.sync_all()?;
+        }
+        fs::metadata(path)
+    })();
+    match result {
+        Ok(m) => Ok(meta_of(&m).version),
+        Err(e) => {
+            let _ = fs::remove_file(temp);
+            Err(io(e))
+        }
+    }
+}
+#[async_trait]
+impl Store for LocalStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            readable: true,
+            writable: self.writable,
+            listable: true,
+        }
+    }
+
+    async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        let path = self.path(key)?;
+        blocking(|| match &opts.if_version {
+            None => match open_file(&path, key)? {
+                Some(file) => read_open(&file, key, &opts),
+                None => Ok(None),
+            },
+            Some(pinned) => self.get_pinned(&path, key, pinned, &opts),
+        })
+        .await
+    }
+
+    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        let path = self.path(key)?;
+        let key = key.to_string();
+        blocking(move || match fs::metadata(&path) {
+            Ok(m) if m.is_dir() => Ok(None),
+            Ok(m) => Ok(Some(meta_of(&m))),
+            Err(e) if is_missing(&e) => Ok(None),
+            Err(e) => Err(StoreError::io(&key, e)),
+        })
+        .await
+    }
+
+    async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        let path = self.path(key)?;
+        let temp = self.temp_path(&path);
+        let key = key.to_string();
+        blocking(move || write_atomically(&path, &temp, &key, &value)).await
+    }
+
+    /// Writes in place (not atomic): for stores of values that are not shared with readers.
+    async fn set_partial_values(&self, values: &[(String, u64, Bytes)]) -> StoreResult<()> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        for (key, offset, bytes) in values {
+            let path = self.path(key)?;
+            blocking(|| {
+                let file = fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| StoreError::io(key, e))?;
+                file.write_all_at(bytes, *offset).map_err(|e| StoreError::io(key, e))
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn erase(&self, key: &str) -> StoreResult<()> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        let path = self.path(key)?;
+        let key = key.to_string();
+        blocking(move || match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if is_missing(&e) => Ok(()),
+            Err(e) => Err(StoreError::io(&key, e)),
+        })
+        .await
+    }
+
+    async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        blocking(|| self.set_if_blocking(key, &value, &condition)).await
+    }
+
+    async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        match condition {
+            Precondition::Any => self.erase(key).await,
+            Precondition::Absent => blocking(|| self.erase_absent_blocking(key)).await,
+            Precondition::Version(expected) => blocking(|| self.erase_version_blocking(key, &expected)).await,
+        }
+    }
+
+    fn conditional_writes(&self) -> bool {
+        true
+    }
+
+    async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        // Walk the deepest directory the prefix names, then filter by the partial name.
+        let dir_part = match prefix.rfind('/') {
+            Some(i) => &prefix[..=i],
+            None => "",
+        };
+        let dir = self.dir_path(dir_part)?;
+        let (dir_part, prefix) = (dir_part.to_string(), prefix.to_string());
+        blocking(move || {
+            let mut keys = Vec::new();
+            walk(&dir, &dir_part, &mut keys)?;
+            keys.retain(|k| k.starts_with(&prefix));
+            keys.sort();
+            Ok(keys)
+        })
+        .await
+    }
+
+    async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+        let dir = self.dir_path(prefix)?;
+        let prefix = prefix.to_string();
+        blocking(move || list_dir_blocking(&dir, &prefix)).await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        let (from_path, to_path) = (self.path(from)?, self.path(to)?);
+        blocking(|| {
+            if let Some(parent) = to_path.parent() {
+                fs::create_dir_all(parent).map_err(|e| StoreError::io(to, e))?;
+            }
+            fs::rename(&from_path, &to_path).map_err(|e| StoreError::io(from, e))
+        })
+        .await
+    }
+
+    async fn create_dir(&self, prefix: &str) -> StoreResult<()> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        let dir = self.dir_path(prefix)?;
+        blocking(|| fs::create_dir_all(&dir).map_err(|e| StoreError::io(prefix, e))).await
+    }
+
+    async fn remove_dir(&self, prefix: &str) -> StoreResult<()> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly);
+        }
+        let dir = self.dir_path(prefix)?;
+        blocking(|| match fs::remove_dir(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if is_missing(&e) => Ok(()),
+            Err(e) => Err(StoreError::io(prefix, e)),
+        })
+        .await
+    }
+
+    async fn dir_exists(&self, prefix: &str) -> StoreResult<bool> {
+        let dir = self.dir_path(prefix)?;
+        let prefix = prefix.to_string();
+        blocking(move || match fs::metadata(&dir) {
+            Ok(m) => Ok(m.is_dir()),
+            Err(e) if is_missing(&e) => Ok(false),
+            Err(e) => Err(StoreError::io(&prefix, e)),
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests;
