@@ -8,7 +8,9 @@
 pub mod buffer;
 pub mod error;
 pub mod handles;
+mod overlay;
 mod read_ahead;
+mod rename;
 mod write;
 pub mod writeback;
 
