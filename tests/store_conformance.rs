@@ -110,7 +110,7 @@ async fn conformance(name: &str, store: Arc<dyn Store>) {
     assert_eq!(bytes, [Some(b("z")), None, Some(b("bc"))], "{name}: get_partial_values");
 
     // Conditional writes, where the store enforces them.
-    if s.conditional_writes() {
+    if s.capabilities().conditional_writes {
         let stale = Precondition::Version(v1.clone());
         assert!(
             matches!(

@@ -51,6 +51,7 @@ impl Store for ShardedArray {
             readable: true,
             writable: false,
             listable: true,
+            conditional_writes: false,
         }
     }
 

@@ -124,10 +124,6 @@ impl Store for CountingStore {
         self.inner.erase_if(key, condition).await
     }
 
-    fn conditional_writes(&self) -> bool {
-        self.inner.conditional_writes()
-    }
-
     /// Counted as one `get` per request.
     async fn get_partial_values(&self, requests: &[(String, super::ByteRange)]) -> StoreResult<Vec<Option<GetResult>>> {
         self.counters.get.fetch_add(requests.len() as u64, Relaxed);
@@ -200,7 +196,7 @@ mod tests {
     #[tokio::test]
     async fn conditional_writes_are_forwarded_and_counted() {
         let store = CountingStore::new(Arc::new(MemoryStore::new()));
-        assert!(store.conditional_writes());
+        assert!(store.capabilities().conditional_writes);
         let v = store
             .set_if("k", Bytes::from_static(b"abc"), Precondition::Absent)
             .await

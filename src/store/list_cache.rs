@@ -292,10 +292,6 @@ impl Store for ListCache {
         result
     }
 
-    fn conditional_writes(&self) -> bool {
-        self.inner.conditional_writes()
-    }
-
     async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {
         let result = self.inner.erase_values(keys).await;
         for key in keys {

@@ -73,6 +73,7 @@ impl Store for MemoryStore {
             readable: true,
             writable: true,
             listable: true,
+            conditional_writes: true,
         }
     }
 
@@ -160,10 +161,6 @@ impl Store for MemoryStore {
         }
         inner.values.remove(key);
         Ok(())
-    }
-
-    fn conditional_writes(&self) -> bool {
-        true
     }
 
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
@@ -256,7 +253,7 @@ mod tests {
     #[tokio::test]
     async fn conditional_writes_check_the_precondition() {
         let store = MemoryStore::new();
-        assert!(store.conditional_writes());
+        assert!(store.capabilities().conditional_writes);
         let b = Bytes::from_static;
         let v1 = store.set_if("k", b(b"one"), Precondition::Absent).await.unwrap();
         assert_eq!(store.head("k").await.unwrap().unwrap().version, v1);

@@ -11,7 +11,7 @@
 //! conditional writes `set_if` / `erase_if` with a [`Precondition`]: the version they read, or
 //! "absent". A write whose precondition no longer holds fails with [`StoreError::Conflict`] and
 //! changes nothing, so the writer re-reads and retries instead of losing a concurrent update.
-//! Stores that enforce preconditions themselves say so with `conditional_writes()`; the default
+//! Stores that enforce preconditions themselves say so in their [`Capabilities`]; the default
 //! implementations only support [`Precondition::Any`].
 
 pub mod counting;
@@ -92,11 +92,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
             Precondition::Any => self.erase(key).await,
             Precondition::Absent | Precondition::Version(_) => Err(StoreError::Unsupported("conditional erase")),
         }
-    }
-
-    /// Whether this store enforces preconditions of `set_if` / `erase_if` itself.
-    fn conditional_writes(&self) -> bool {
-        false
     }
 
     async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {

@@ -315,6 +315,8 @@ impl Store for ObjectBackend {
             readable: true,
             writable: self.writable,
             listable: true,
+            // If-Match / generation / create-only: every writable backend (HTTP is read-only).
+            conditional_writes: self.writable,
         }
     }
 
@@ -370,10 +372,6 @@ impl Store for ObjectBackend {
                 .map(|m| m.version)
                 .unwrap_or(Version(String::new()))),
         }
-    }
-
-    fn conditional_writes(&self) -> bool {
-        self.writable
     }
 
     async fn erase(&self, key: &str) -> StoreResult<()> {

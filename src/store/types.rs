@@ -132,4 +132,7 @@ pub struct Capabilities {
     pub readable: bool,
     pub writable: bool,
     pub listable: bool,
+    /// The store enforces the preconditions of `set_if` / `erase_if` itself (otherwise only
+    /// `Precondition::Any` is supported).
+    pub conditional_writes: bool,
 }

@@ -263,6 +263,7 @@ impl Store for LocalStore {
             readable: true,
             writable: self.writable,
             listable: true,
+            conditional_writes: true,
         }
     }
 
@@ -349,10 +350,6 @@ impl Store for LocalStore {
             Precondition::Absent => blocking(|| self.erase_absent_blocking(key)).await,
             Precondition::Version(expected) => blocking(|| self.erase_version_blocking(key, &expected)).await,
         }
-    }
-
-    fn conditional_writes(&self) -> bool {
-        true
     }
 
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {

@@ -112,7 +112,7 @@ fn hook_once(point: Point, f: impl FnOnce() + 'static) {
 }
 
 async fn semantics(store: &LocalStore, root: &Path) {
-    assert!(store.conditional_writes());
+    assert!(store.capabilities().conditional_writes);
     for key in ["k", "deep/er/k"] {
         let v1 = store.set_if(key, b(b"one"), Precondition::Absent).await.unwrap();
         assert_eq!(version(store, key).await, v1, "returned version is the stored one");
