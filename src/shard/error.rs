@@ -34,4 +34,15 @@ impl ShardError {
     pub fn from_zarr(key: &str, e: ZarrError) -> Self {
         Self::corrupt(key, e)
     }
+
+    /// The key of the shard or chunk the error is about, when it names one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ShardError::Corrupt { key, .. } | ShardError::Unstable { key } | ShardError::OutsideGrid { key } => {
+                Some(key)
+            }
+            ShardError::Store(_) => None,
+            ShardError::Shared(inner) => inner.key(),
+        }
+    }
 }

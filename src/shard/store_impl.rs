@@ -29,7 +29,7 @@ fn to_store(e: ShardError) -> StoreError {
     match e {
         ShardError::Store(e) => e,
         other => StoreError::Io {
-            key: String::new(),
+            key: other.key().unwrap_or_default().to_string(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
         },
     }
