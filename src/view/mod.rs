@@ -11,6 +11,7 @@
 //! The view knows nothing of inodes or handles; see `fs/` for those and [`inodes`].
 
 pub mod inodes;
+mod listing;
 pub mod metadata_write;
 pub mod nodes;
 
@@ -22,7 +23,7 @@ use thiserror::Error;
 
 use crate::shard::{DataCache, IndexCache, ShardError, ShardOptions, ShardStats, ShardedArray};
 use crate::store::key::dir_prefix;
-use crate::store::{ByteRange, DirEntry, EntryKind, GetOptions, Store, StoreError};
+use crate::store::{ByteRange, GetOptions, Store, StoreError};
 use crate::zarr::key_encoding::ChunkPath;
 use nodes::{GroupNode, NodeCache, NodeInfo, ShardedNode};
 
@@ -186,20 +187,6 @@ fn relative<'a>(dir: &str, path: &'a str) -> &'a str {
         path
     } else {
         path.get(dir.len() + 1..).unwrap_or("")
-    }
-}
-
-/// The node of a listed store entry.
-fn stored_node(prefix: &str, entry: &DirEntry) -> Node {
-    match entry.kind {
-        EntryKind::Dir => Node::dir(),
-        EntryKind::File { size } => Node {
-            size,
-            mtime_ns: entry.mtime_ns,
-            source: Source::Stored {
-                key: format!("{prefix}{}", entry.name),
-            },
-        },
     }
 }
 
@@ -402,90 +389,6 @@ impl View {
             }));
         }
         Ok(self.store.dir_exists(&dir_prefix(path)).await?.then(Node::dir))
-    }
-
-    /// The entries of directory `dir`, with their nodes (no request per entry).
-    pub async fn list(&self, dir: &str) -> Result<Vec<(String, Node)>, ViewError> {
-        let node = match self.place(dir).await? {
-            Place::Sharded(node) => node,
-            Place::Stored { group } => {
-                let mut entries = self.list_stored(dir).await?;
-                if let Some(group) = group {
-                    for (_, node) in entries.iter_mut().filter(|(name, _)| name == METADATA) {
-                        *node = Self::group_node(&group);
-                    }
-                }
-                return Ok(entries);
-            }
-        };
-        let array = &node.array;
-        if node.dir == dir {
-            return self.list_array_dir(&node).await;
-        }
-        let rel = relative(&node.dir, dir);
-        match array.encoding().classify(rel, array.ndim()) {
-            ChunkPath::Dir(prefix) => {
-                let entries = array.list_chunk_dir(&prefix).await?;
-                Ok(entries
-                    .iter()
-                    .map(|e| (e.name.clone(), self.chunk_node(array, &format!("{rel}/{}", e.name), e)))
-                    .collect())
-            }
-            ChunkPath::Chunk(_) => Err(ViewError::NotADirectory(dir.to_string())),
-            ChunkPath::Other => self.list_stored(dir).await,
-        }
-    }
-
-    async fn list_stored(&self, dir: &str) -> Result<Vec<(String, Node)>, ViewError> {
-        let prefix = dir_prefix(dir);
-        let entries = self.store.list_dir(&prefix).await?;
-        Ok(entries
-            .iter()
-            .map(|e| (e.name.clone(), stored_node(&prefix, e)))
-            .collect())
-    }
-
-    /// A sharded array's directory: its rewritten metadata, its chunk tree, and whatever else
-    /// is stored there (shards themselves, being in the chunk key space, are hidden).
-    async fn list_array_dir(&self, node: &ShardedNode) -> Result<Vec<(String, Node)>, ViewError> {
-        let array = &node.array;
-        let (encoding, ndim) = (array.encoding(), array.ndim());
-        let mut out = Vec::new();
-        for (name, stored) in self.list_stored(&node.dir).await? {
-            if name == METADATA {
-                let bytes = node.rewritten.clone();
-                out.push((
-                    name,
-                    Node {
-                        size: bytes.len() as u64,
-                        mtime_ns: stored.mtime_ns,
-                        source: Source::Memory(bytes),
-                    },
-                ));
-            } else if encoding.classify(&name, ndim) == ChunkPath::Other {
-                out.push((name, stored));
-            }
-        }
-        for entry in array.list_array_dir().await? {
-            out.push((entry.name.clone(), self.chunk_node(array, &entry.name, &entry)));
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(out)
-    }
-
-    /// The node of an entry of the chunk tree, `rel` being its path relative to the array.
-    fn chunk_node(&self, array: &Arc<ShardedArray>, rel: &str, entry: &DirEntry) -> Node {
-        match (&entry.kind, array.encoding().classify(rel, array.ndim())) {
-            (EntryKind::File { size }, ChunkPath::Chunk(coords)) => Node {
-                size: *size,
-                mtime_ns: entry.mtime_ns,
-                source: Source::Chunk {
-                    array: array.clone(),
-                    coords,
-                },
-            },
-            _ => Node::dir(),
-        }
     }
 
     /// The node as the store holds it now: a chunk's shard version is confirmed first (a file
