@@ -1,0 +1,136 @@
+//! Directory handles: `opendir` takes a snapshot of the view's listing together with what only
+//! the overlay knows (files being written or staged, directories made by `mkdir` that hold
+//! nothing stored yet), and `readdir` pages through it by offset.
+
+use super::*;
+
+impl Fs {
+    /// Open a directory: its listing is taken now and read from the handle.
+    pub async fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let path = self.path_of(ino)?;
+        let node = self.node(&path).await?;
+        if !node.is_dir() {
+            return Err(FsError::NotADirectory);
+        }
+        let mut entries = self.view.list(&path).await?;
+        self.add_unstored(&path, &mut entries).await;
+        Ok(self.dirs.insert(DirHandle { path, entries }))
+    }
+
+    /// Add to a listing what the store does not show yet: files in the overlay (being written,
+    /// staged, or pending write-back) and directories made by mkdir, with the directories that
+    /// lead to them.
+    pub(super) async fn add_unstored(&self, dir: &str, entries: &mut Vec<(String, Node)>) {
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let mut extra: Vec<(String, Option<std::sync::Arc<WriteFile>>)> = Vec::new();
+        {
+            let overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
+            let made = self.made_dirs.lock().unwrap_or_else(|e| e.into_inner());
+            // Metadata being written is listed as stored until accepted (as getattr shows it).
+            let files = overlay
+                .iter()
+                .filter(|(_, e)| !matches!(&e.sink, Sink::Commit(t) if t.is_metadata()))
+                .map(|(p, e)| (p, Some(e.file.clone())));
+            for (path, file) in files.chain(made.iter().map(|p| (p, None))) {
+                let Some(rest) = path.strip_prefix(&prefix) else {
+                    continue;
+                };
+                match rest.split_once('/') {
+                    Some((sub, _)) => extra.push((sub.to_string(), None)),
+                    None => extra.push((rest.to_string(), file)),
+                }
+            }
+        }
+        for (name, file) in extra {
+            let listed = entries.iter().position(|(n, _)| *n == name);
+            if name.is_empty() || (listed.is_some() && file.is_none()) {
+                continue;
+            }
+            if let Some(i) = listed {
+                entries.remove(i); // the overlay's content supersedes the stored one
+            }
+            let node = match file {
+                Some(file) => {
+                    let state = file.state.lock().await;
+                    let size = if state.loaded {
+                        state.data.len()
+                    } else {
+                        state.size_hint
+                    };
+                    Node {
+                        size,
+                        mtime_ns: None,
+                        source: Source::Memory(Bytes::new()),
+                    }
+                }
+                None => Node {
+                    size: 0,
+                    mtime_ns: None,
+                    source: Source::Dir,
+                },
+            };
+            entries.push((name, node));
+        }
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+
+    /// Entries from `offset` on: `.` and `..` first, then the listing.
+    pub fn readdir(&self, ino: u64, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
+        let handle = self.dirs.get(fh).ok_or(FsError::BadHandle)?;
+        let parent = parent_path(&handle.path);
+        let parent_ino = self.inodes.peek(parent).unwrap_or(ROOT_INO);
+        let dot = |name: &str, path: &str, ino| DirItem {
+            name: name.to_string(),
+            path: path.to_string(),
+            offset: 0,
+            node: None,
+            kind: FileKind::Dir,
+            ino: Some(ino),
+        };
+        let dots = [dot(".", &handle.path, ino), dot("..", parent, parent_ino)];
+        let entries = handle.entries.iter().map(|(name, node)| DirItem {
+            name: name.clone(),
+            path: child_path(&handle.path, name),
+            offset: 0,
+            kind: if node.is_dir() { FileKind::Dir } else { FileKind::File },
+            node: Some(node.clone()),
+            ino: None,
+        });
+        Ok(dots
+            .into_iter()
+            .chain(entries)
+            .enumerate()
+            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+            .map(|(i, mut item)| {
+                item.offset = i as u64 + 1;
+                item
+            })
+            .collect())
+    }
+
+    /// The inode number of a listed entry. With `count` (readdirplus hands the kernel an
+    /// entry) one lookup is counted; plain readdir only reports a number, which for a name the
+    /// kernel has not looked up is a stable hash of its path outside the table's range.
+    pub fn entry_ino(&self, item: &DirItem, count: bool) -> u64 {
+        if let Some(ino) = item.ino {
+            return ino;
+        }
+        if count {
+            return self.inodes.lookup(&item.path);
+        }
+        self.inodes.peek(&item.path).unwrap_or_else(|| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            item.path.hash(&mut h);
+            h.finish() | (1 << 63)
+        })
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.remove(fh);
+    }
+}

@@ -1,0 +1,57 @@
+//! Extended attributes: `user.zarrfs.source` on every file (where its bytes live) and
+//! `user.zarrfs.stats` on the root (the mount's counters as JSON).
+
+use super::*;
+
+impl Fs {
+    /// Where a file's bytes come from, as text.
+    async fn source_text(&self, ino: u64) -> FsResult<String> {
+        let path = self.path_of(ino)?;
+        let node = self.node(&path).await?;
+        match &node.source {
+            Source::Dir => Err(FsError::NoAttribute),
+            Source::Stored { key } => Ok(format!("stored {key}")),
+            Source::Memory(_) => Ok("rewritten metadata".to_string()),
+            Source::Chunk { array, coords } => {
+                let loc = array.locate(coords).await?.ok_or(FsError::NotFound)?;
+                Ok(format!(
+                    "shard {} offset {} length {}",
+                    loc.shard_key, loc.offset, loc.nbytes
+                ))
+            }
+        }
+    }
+
+    pub async fn getxattr(&self, ino: u64, name: &str) -> FsResult<Vec<u8>> {
+        if name == XATTR_STATS && ino == ROOT_INO {
+            let counters = self.counters.as_ref().ok_or(FsError::NoAttribute)?;
+            let mut stats = match serde_json::to_value(counters.counts()) {
+                Ok(serde_json::Value::Object(map)) => map,
+                _ => return Err(FsError::NoAttribute),
+            };
+            let wire = self.wire.as_ref().map(|w| w.counts()).unwrap_or_default();
+            if let Ok(serde_json::Value::Object(wire)) = serde_json::to_value(wire) {
+                stats.extend(wire);
+            }
+            stats.extend(self.view.shard_stats().snapshot());
+            return serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute);
+        }
+        if name != XATTR_SOURCE {
+            return Err(FsError::NoAttribute);
+        }
+        Ok(self.source_text(ino).await?.into_bytes())
+    }
+
+    /// Names of the extended attributes, NUL-terminated, as `listxattr` returns them.
+    pub async fn listxattr(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let path = self.path_of(ino)?;
+        if ino == ROOT_INO && self.counters.is_some() {
+            return Ok(format!("{XATTR_STATS}\0").into_bytes());
+        }
+        let node = self.node(&path).await?;
+        if node.is_dir() {
+            return Ok(Vec::new());
+        }
+        Ok(format!("{XATTR_SOURCE}\0").into_bytes())
+    }
+}
