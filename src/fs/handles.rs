@@ -18,42 +18,62 @@ use crate::view::{Node, Target};
 /// Largest chunk read whole into a handle on first read.
 pub const SNAPSHOT_LIMIT: u64 = 16 << 20;
 
+/// An open file: a node of the view read from, or a file being written.
+// Handles live behind an `Arc` in the handle table and are never moved by value; boxing the
+// larger variant would only add an allocation to every open on the read path.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
-pub struct FileHandle {
-    pub path: Arc<str>,
-    /// The node read from (a handle open for reading only).
-    pub node: Option<Node>,
+pub enum FileHandle {
+    Read(ReadHandle),
+    Write(WriteHandle),
+}
+
+/// A file opened for reading that nobody is writing through this mount.
+#[derive(Debug)]
+pub struct ReadHandle {
+    /// The node as confirmed at open (a chunk's shard version included).
+    pub node: Node,
     /// The whole file, once read (chunk files up to the snapshot limit).
     pub snapshot: tokio::sync::Mutex<Option<Bytes>>,
-    /// The buffered content of a file open for writing, shared by the handles of its path.
-    pub writer: Option<Arc<WriteFile>>,
-    /// Opened for writing: only such handles commit (a reader of a file being written sees its
-    /// content but never stores it).
-    pub can_write: bool,
     /// Read-ahead of a stored file on a remote source.
     pub read_ahead: super::read_ahead::ReadAhead,
 }
 
+/// A handle of a file being written: its buffered content, shared by the handles of its path.
+#[derive(Debug)]
+pub struct WriteHandle {
+    pub file: Arc<WriteFile>,
+    /// Opened for writing: only such handles commit (a reader of a file being written sees its
+    /// content but never stores it).
+    pub can_write: bool,
+}
+
 impl FileHandle {
-    pub fn reader(path: Arc<str>, node: Node) -> Self {
-        FileHandle {
-            path,
-            node: Some(node),
+    pub fn reader(node: Node) -> Self {
+        FileHandle::Read(ReadHandle {
+            node,
             snapshot: tokio::sync::Mutex::new(None),
-            writer: None,
-            can_write: false,
             read_ahead: Default::default(),
+        })
+    }
+
+    pub fn writer(file: Arc<WriteFile>, can_write: bool) -> Self {
+        FileHandle::Write(WriteHandle { file, can_write })
+    }
+
+    /// The file being written, for any handle of it.
+    pub fn written(&self) -> Option<&Arc<WriteFile>> {
+        match self {
+            FileHandle::Write(w) => Some(&w.file),
+            FileHandle::Read(_) => None,
         }
     }
 
-    pub fn writer(path: Arc<str>, file: Arc<WriteFile>, can_write: bool) -> Self {
-        FileHandle {
-            path,
-            node: None,
-            snapshot: tokio::sync::Mutex::new(None),
-            writer: Some(file),
-            can_write,
-            read_ahead: Default::default(),
+    /// The file being written, for a handle that may commit it.
+    pub fn committer(&self) -> Option<&Arc<WriteFile>> {
+        match self {
+            FileHandle::Write(w) if w.can_write => Some(&w.file),
+            _ => None,
         }
     }
 }

@@ -311,15 +311,16 @@ impl Fs {
             return Err(FsError::IsADirectory);
         }
         let node = self.view.current(node).await?.ok_or(FsError::NotFound)?;
-        Ok(self.files.insert(FileHandle::reader(path, node)))
+        Ok(self.files.insert(FileHandle::reader(node)))
     }
 
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Bytes> {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
-        if let Some(file) = &handle.writer {
-            return self.read_writer(file, offset, size).await;
-        }
-        let node = handle.node.as_ref().ok_or(FsError::BadHandle)?;
+        let reader = match &*handle {
+            FileHandle::Write(w) => return self.read_writer(&w.file, offset, size).await,
+            FileHandle::Read(r) => r,
+        };
+        let node = &reader.node;
         let len = u64::from(size);
         if let (Source::Stored { key }, ahead @ 1..) = (&node.source, self.view.read_ahead_bytes()) {
             let target = read_ahead::Target {
@@ -328,13 +329,13 @@ impl Fs {
                 size: node.size,
                 ahead,
             };
-            return handle.read_ahead.read(&target, offset, len).await;
+            return reader.read_ahead.read(&target, offset, len).await;
         }
         let snapshotted = matches!(node.source, Source::Chunk { .. }) && node.size <= SNAPSHOT_LIMIT;
         if !snapshotted {
             return Ok(self.view.read(node, offset, len).await?);
         }
-        let mut snapshot = handle.snapshot.lock().await;
+        let mut snapshot = reader.snapshot.lock().await;
         if snapshot.is_none() {
             *snapshot = Some(self.view.read(node, 0, SNAPSHOT_LIMIT).await?);
         }

@@ -56,8 +56,7 @@ impl Fs {
         file.state.lock().await.truncate()?;
         self.overlay_open(&path, file.clone(), sink.clone());
         let ino = self.inodes.lookup(&path);
-        let path: Arc<str> = Arc::from(path.as_str());
-        let fh = self.files.insert(FileHandle::writer(path.clone(), file, true));
+        let fh = self.files.insert(FileHandle::writer(file, true));
         // Metadata being written shows as stored (see `overlay_attr`).
         let attr = self.getattr(ino).await?;
         Ok((attr, fh))
@@ -85,7 +84,7 @@ impl Fs {
             file.state.lock().await.truncate()?;
         }
         self.overlay_open(&path, file.clone(), sink.clone());
-        Ok(self.files.insert(FileHandle::writer(path, file, can_write)))
+        Ok(self.files.insert(FileHandle::writer(file, can_write)))
     }
 
     /// Load the current content of a file opened for writing, the first time it is needed.
@@ -111,8 +110,8 @@ impl Fs {
     }
 
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
-        let handle = self.files.get(fh).filter(|h| h.can_write).ok_or(FsError::BadHandle)?;
-        let file = handle.writer.as_ref().ok_or(FsError::BadHandle)?;
+        let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
+        let file = handle.committer().ok_or(FsError::BadHandle)?;
         let mut state = self.load(file).await?;
         let end = offset.checked_add(data.len() as u64).ok_or(FsError::FileTooLarge)?;
         if end > self.config.max_file_size as u64 {
@@ -126,7 +125,7 @@ impl Fs {
     /// Commit a handle's file if it changed (close, fsync).
     pub async fn flush(&self, fh: u64) -> FsResult<()> {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
-        let (Some(file), true) = (&handle.writer, handle.can_write) else {
+        let Some(file) = handle.committer() else {
             return Ok(());
         };
         // Wherever the file is now; an unlinked file has nowhere to go.
@@ -163,7 +162,7 @@ impl Fs {
         if let Err(e) = self.flush(fh).await {
             self.fail("release", 0, &e);
         }
-        let Some(file) = self.files.remove(fh).and_then(|h| h.writer.clone()) else {
+        let Some(file) = self.files.remove(fh).and_then(|h| h.written().cloned()) else {
             return;
         };
         if let Some((path, _)) = file.place() {
@@ -192,7 +191,7 @@ impl Fs {
             .ok()
             .filter(|s| *s <= self.config.max_file_size)
             .ok_or(FsError::FileTooLarge)?;
-        let handle = match fh.and_then(|fh| self.files.get(fh)).filter(|h| h.writer.is_some()) {
+        let handle = match fh.and_then(|fh| self.files.get(fh)).filter(|h| h.written().is_some()) {
             Some(handle) => handle,
             // Open for writing elsewhere: change the shared content; its close commits it.
             None if self
@@ -221,7 +220,7 @@ impl Fs {
     }
 
     async fn resize(&self, handle: &FileHandle, size: usize) -> FsResult<()> {
-        let file = handle.writer.as_ref().ok_or(FsError::BadHandle)?;
+        let file = handle.written().ok_or(FsError::BadHandle)?;
         let mut state = self.load(file).await?;
         state.data.resize(size as u64)?;
         state.touch();
