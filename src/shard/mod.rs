@@ -15,6 +15,7 @@ pub mod commit;
 pub mod data_cache;
 mod error;
 pub mod index_cache;
+mod index_read;
 mod listing;
 pub mod stats;
 mod store_impl;

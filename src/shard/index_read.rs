@@ -1,0 +1,162 @@
+//! Reading shard indexes. The stored shard's index costs one ranged request (a suffix range
+//! for an end-located index), read together with a prefetch window when shard bytes are cached
+//! (the whole shard when it fits, so its chunks cost no further request); each nested
+//! sub-shard's index is cut from the bytes already held or read with one more request. Every
+//! index is decoded by its level (`ShardLevel::decode_index`) and cached under the shard's
+//! version.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::array::bad_layout;
+use super::index_cache::{CachedIndex, IndexKey};
+use super::{ShardError, ShardedArray};
+use crate::store::{ByteRange, GetOptions, ObjectMeta};
+use crate::zarr::shard_index::ShardIndex;
+use crate::zarr::sharding::{IndexLocation, ShardLevel};
+
+impl ShardedArray {
+    /// The stored shard's own index, from the cache when its version was confirmed less than
+    /// `max_age` ago.
+    pub(super) async fn top_index(
+        &self,
+        shard_key: &str,
+        max_age: Duration,
+    ) -> Result<Option<Arc<CachedIndex>>, ShardError> {
+        let key = IndexKey {
+            shard: shard_key.to_string(),
+            sub: Vec::new(),
+        };
+        if let Some(cached) = self.cache.get(&key) {
+            if cached.age() < max_age {
+                super::ShardStats::add(&self.options.stats.index_hits);
+                return Ok(Some(cached));
+            }
+            match self.store.head(shard_key).await? {
+                Some(meta) if meta.version == cached.version => {
+                    cached.touch();
+                    return Ok(Some(cached));
+                }
+                Some(_) => self.forget_shard(shard_key),
+                None => {
+                    self.forget_shard(shard_key);
+                    return Ok(None);
+                }
+            }
+        }
+        super::ShardStats::add(&self.options.stats.index_misses);
+        let Some(level) = self.layout.levels.first() else {
+            return Err(bad_layout(&self.prefix));
+        };
+        let Some(loaded) = self.load_top_index(shard_key, level).await? else {
+            return Ok(None);
+        };
+        let loaded = Arc::new(loaded);
+        self.cache.insert(key, loaded.clone());
+        Ok(Some(loaded))
+    }
+
+    async fn load_top_index(&self, shard_key: &str, level: &ShardLevel) -> Result<Option<CachedIndex>, ShardError> {
+        let index_size = level.index_size();
+        // With a data cache, read a prefetch window along with the index: the whole shard
+        // when it fits, so that its chunks cost no further request.
+        let want = match &self.options.data_cache {
+            Some(_) => index_size.max(self.options.prefetch_bytes),
+            None => index_size,
+        };
+        let range = match level.index_location {
+            IndexLocation::End => ByteRange::Suffix(want),
+            IndexLocation::Start => ByteRange::Range {
+                offset: 0,
+                length: want,
+            },
+        };
+        let Some(got) = self.store.get(shard_key, GetOptions::range(range)).await? else {
+            return Ok(None);
+        };
+        let size = got.meta.size;
+        let got_len = got.bytes.len() as u64;
+        if size < index_size || got_len < index_size {
+            return Err(ShardError::corrupt(
+                shard_key,
+                format!("shard is {size} bytes, shorter than its {index_size}-byte index"),
+            ));
+        }
+        let index_bytes = match level.index_location {
+            IndexLocation::End => got.bytes.slice((got_len - index_size) as usize..),
+            IndexLocation::Start => got.bytes.slice(..index_size as usize),
+        };
+        let index = decode_index(shard_key, &index_bytes, level, 0, size)?;
+        // Cached even when only the index came: later misses on it reveal a walking reader.
+        if let Some(cache) = &self.options.data_cache {
+            cache.put(shard_key, &got.meta.version, got.offset, got.bytes.clone());
+        }
+        Ok(Some(CachedIndex::new(&got.meta, index.0, index.1)))
+    }
+
+    /// The index of a nested sub-shard occupying `[offset, offset+nbytes)` of the stored shard.
+    pub(super) async fn sub_index(
+        &self,
+        key: IndexKey,
+        parent: &CachedIndex,
+        level: &ShardLevel,
+        offset: u64,
+        nbytes: u64,
+    ) -> Result<Arc<CachedIndex>, ShardError> {
+        if let Some(cached) = self.cache.get(&key) {
+            if cached.version == parent.version {
+                return Ok(cached);
+            }
+        }
+        let index_size = level.index_size();
+        if nbytes < index_size {
+            return Err(ShardError::corrupt(
+                &key.shard,
+                format!("nested shard of {nbytes} bytes is shorter than its index"),
+            ));
+        }
+        let index_offset = match level.index_location {
+            IndexLocation::Start => offset,
+            IndexLocation::End => offset + (nbytes - index_size),
+        };
+        let range = ByteRange::Range {
+            offset: index_offset,
+            length: index_size,
+        };
+        let got = self
+            .store
+            .get(&key.shard, GetOptions::pinned(range, parent.version.clone()))
+            .await?;
+        let Some(got) = got.filter(|g| g.bytes.len() as u64 == index_size) else {
+            return Err(ShardError::corrupt(
+                &key.shard,
+                "nested shard index lies past the end of the shard",
+            ));
+        };
+        let (base, index) = decode_index(&key.shard, &got.bytes, level, offset, nbytes)?;
+        let meta = ObjectMeta {
+            size: parent.shard_size,
+            version: parent.version.clone(),
+            mtime_ns: parent.mtime_ns,
+        };
+        let entry = Arc::new(CachedIndex::new(&meta, base, index));
+        self.cache.insert(key, entry.clone());
+        Ok(entry)
+    }
+}
+
+/// Decode the index of a (sub-)shard that occupies `len` bytes from absolute offset `start`;
+/// returns the base its offsets are relative to and the index. Chunks must lie inside the
+/// (sub-)shard and outside its index.
+fn decode_index(
+    key: &str,
+    bytes: &[u8],
+    level: &ShardLevel,
+    start: u64,
+    len: u64,
+) -> Result<(u64, ShardIndex), ShardError> {
+    let index = level
+        .decode_index(bytes, len)
+        .map_err(|e| ShardError::from_zarr(key, e))?;
+    Ok((start, index))
+}
