@@ -4,7 +4,10 @@
 //! an object store. A handle instead fetches a window of `--prefetch-size` bytes at the first
 //! read and serves the reads inside it from memory. Once a reader is past the middle of its
 //! window, the next window is requested in the background, so a sequential reader seldom
-//! waits for the network: at most two windows per handle are held.
+//! waits for the network. The kernel sends a sequential reader's reads concurrently, so they
+//! may be handled slightly out of order: a read anywhere inside the window being fetched ahead
+//! takes it, and the window before stays until the next fetch starts, for stragglers. At most
+//! two windows per handle are held (the current one, and the previous or the next).
 //!
 //! Every window after the first is pinned to the version of the first one: a file replaced
 //! while open fails with ESTALE rather than mixing versions. A reader that jumps elsewhere
@@ -76,6 +79,9 @@ impl Drop for Pending {
 #[derive(Debug, Default)]
 struct State {
     window: Option<Window>,
+    /// The window before the current one, for reads that arrive after the reader moved on;
+    /// dropped when the next fetch starts.
+    previous: Option<Window>,
     next: Option<Pending>,
 }
 
@@ -99,19 +105,24 @@ impl ReadAhead {
             Self::maybe_fetch_next(&mut state, target, offset + len);
             return Ok(bytes);
         }
+        if let Some(bytes) = state.previous.as_ref().and_then(|w| w.slice(offset, len)) {
+            return Ok(bytes);
+        }
         // The window fetched in the background, when the reader has come to it (or reads
         // across the end of the current window into it).
         let head = match (&state.window, &state.next) {
             (Some(w), Some(n)) if n.offset == w.end() && offset < w.end() => w.slice(offset, w.end() - offset),
             _ => None,
         };
-        let reaches_next = state.next.as_ref().is_some_and(|n| n.offset == offset) || head.is_some();
+        let inside_next = |n: &Pending| offset >= n.offset && offset < n.offset.saturating_add(target.ahead);
+        let reaches_next = state.next.as_ref().is_some_and(inside_next) || head.is_some();
         if let Some(mut next) = state.next.take().filter(|_| reaches_next) {
             let fetched = (&mut next.task).await;
             if let Ok(Ok(Some(got))) = fetched {
                 let window = Window::of(got, target.ahead);
                 let head = head.unwrap_or_default();
-                let tail = window.slice(next.offset, len - head.len() as u64);
+                let tail = window.slice(offset.max(next.offset), len - head.len() as u64);
+                state.previous = state.window.take();
                 state.window = Some(window);
                 if let Some(tail) = tail {
                     Self::maybe_fetch_next(&mut state, target, offset + len);
@@ -125,7 +136,9 @@ impl ReadAhead {
             // Failed or cancelled: read it again in the open, so the error, if any, is this
             // read's.
         }
+        // A jump: neither the window ahead nor the one before is wanted any more.
         state.next = None;
+        state.previous = None;
         let asked = len.max(target.ahead);
         let range = ByteRange::Range { offset, length: asked };
         let opts = match state.window.as_ref() {
@@ -155,6 +168,7 @@ impl ReadAhead {
             length: target.ahead,
         };
         let opts = GetOptions::pinned(range, w.version.clone());
+        state.previous = None;
         state.next = Some(Pending {
             offset: w.end(),
             task: tokio::spawn(async move { store.get(&key, opts).await }),
@@ -234,6 +248,34 @@ mod tests {
         assert_eq!(ra.read(&target, 900, 200).await.unwrap(), data[900..]);
         assert_eq!(ra.read(&target, 5, 10).await.unwrap(), data[5..15]);
         assert_eq!(counting.counts().get, 4);
+    }
+
+    /// The kernel sends a sequential reader's reads concurrently, so they may be handled out of
+    /// order: a read just inside the window fetched ahead, before the one at its start; a
+    /// straggler inside the previous window, after the reader moved on. Neither costs a GET.
+    #[tokio::test]
+    async fn reads_out_of_order_cost_no_extra_request() {
+        let (counting, store, data) = setup(1000).await;
+        let target = target(&store);
+        let ra = ReadAhead::default();
+        assert_eq!(ra.read(&target, 0, 30).await.unwrap(), data[0..30]);
+        assert_eq!(ra.read(&target, 60, 30).await.unwrap(), data[60..90]);
+        assert!(ra.state.lock().await.next.as_ref().is_some_and(|n| n.offset == 100));
+        // Inside the window fetched ahead, before its start is read (a straggler trails by a
+        // request or two, far less than half a window).
+        assert_eq!(ra.read(&target, 120, 20).await.unwrap(), data[120..140]);
+        // Stragglers: the start of that window, and the end of the previous one.
+        assert_eq!(ra.read(&target, 100, 20).await.unwrap(), data[100..120]);
+        assert_eq!(ra.read(&target, 90, 10).await.unwrap(), data[90..100]);
+        assert_eq!(counting.counts().get, 2, "one GET per window");
+        // On to the end: still one GET per window, each byte fetched once.
+        let mut got = data[0..140].to_vec();
+        for offset in (140..1000).step_by(20) {
+            got.extend_from_slice(&ra.read(&target, offset, 20).await.unwrap());
+        }
+        assert_eq!(got, data);
+        let counts = counting.counts();
+        assert_eq!((counts.get, counts.get_bytes), (10, 1000));
     }
 
     #[tokio::test]
