@@ -10,10 +10,9 @@ use serde_json::{Map, Value};
 use crate::fs::XATTR_STATS;
 use crate::mountpoint::zarrfs_mount_at;
 
-/// The counters of the zarrfs mount at `dir`.
-pub fn read(dir: &Path) -> Result<Map<String, Value>> {
-    let (path, _) = zarrfs_mount_at(dir)?;
-    let raw = xattr::get(&path, XATTR_STATS)
+/// The counters of the zarrfs mount at `path` (absolute, checked to be a zarrfs mount).
+fn read(path: &Path) -> Result<Map<String, Value>> {
+    let raw = xattr::get(path, XATTR_STATS)
         .with_context(|| format!("cannot read the counters of {}", path.display()))?
         .with_context(|| format!("{} publishes no counters (an older zarrfs?)", path.display()))?;
     match serde_json::from_slice(&raw) {
@@ -89,12 +88,12 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
 
 /// `zarrfs stats DIR [--json]`.
 pub fn print(dir: &Path, json: bool) -> Result<()> {
-    let counters = read(dir)?;
+    let (path, entry) = zarrfs_mount_at(dir)?;
+    let counters = read(&path)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&Value::Object(counters))?);
         return Ok(());
     }
-    let (path, entry) = zarrfs_mount_at(dir)?;
     let source = entry
         .source
         .strip_prefix(crate::fuse::mount_table::SOURCE_PREFIX)

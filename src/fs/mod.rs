@@ -270,11 +270,7 @@ impl Fs {
             return Ok(node);
         }
         if self.unstored_dir(path) {
-            return Ok(Node {
-                size: 0,
-                mtime_ns: None,
-                source: Source::Dir,
-            });
+            return Ok(Node::dir());
         }
         Err(FsError::NotFound)
     }

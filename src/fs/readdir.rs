@@ -67,11 +67,7 @@ impl Fs {
                         source: Source::Memory(Bytes::new()),
                     }
                 }
-                None => Node {
-                    size: 0,
-                    mtime_ns: None,
-                    source: Source::Dir,
-                },
+                None => Node::dir(),
             };
             entries.push((name, node));
         }

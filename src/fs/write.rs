@@ -286,14 +286,7 @@ impl Fs {
             self.view.store().create_dir(&dir_prefix(&path)).await?;
         }
         let ino = self.inodes.lookup(&path);
-        let mut attr = self.attr(
-            ino,
-            &Node {
-                size: 0,
-                mtime_ns: None,
-                source: Source::Dir,
-            },
-        );
+        let mut attr = self.attr(ino, &Node::dir());
         attr.mtime = SystemTime::now();
         Ok(attr)
     }

@@ -14,9 +14,9 @@ use fuser::{
 };
 use tokio::runtime::Handle;
 
-use super::reply::{self, file_attr, file_type, ErrorReply};
+use super::reply::{self, file_attr, ErrorReply};
 use super::request::op;
-use crate::fs::{Attr, Fs, FsError};
+use crate::fs::{Fs, FsError};
 
 /// Requests the kernel may have in flight at once (reads are asynchronous).
 const MAX_BACKGROUND: u16 = 64;
@@ -140,18 +140,10 @@ impl Filesystem for ZarrFuse {
         });
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
         let _span = op("readdir", ino).fh(fh).span().entered();
         match self.fs.readdir(ino.0, fh.0, offset) {
-            Ok(items) => {
-                for item in items {
-                    let child = self.fs.entry_ino(&item, false);
-                    if reply.add(INodeNo(child), item.offset, file_type(item.kind), &item.name) {
-                        break;
-                    }
-                }
-                reply.ok();
-            }
+            Ok(items) => reply::directory(&self.fs, reply, items),
             Err(e) => {
                 self.fs.fail("readdir", ino.0, &e);
                 reply.fail(&e);
@@ -159,38 +151,15 @@ impl Filesystem for ZarrFuse {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
         let _span = op("readdirplus", ino).fh(fh).span().entered();
-        let ttl = self.ttl();
-        let items = match self.fs.readdir(ino.0, fh.0, offset) {
-            Ok(items) => items,
+        match self.fs.readdir(ino.0, fh.0, offset) {
+            Ok(items) => reply::directory_plus(&self.fs, reply, &self.ttl(), items),
             Err(e) => {
                 self.fs.fail("readdirplus", ino.0, &e);
-                return reply.fail(&e);
-            }
-        };
-        for item in items {
-            let child = self.fs.entry_ino(&item, true);
-            let attr = match &item.node {
-                Some(node) => self.fs.attr(child, node),
-                None => dir_attr(&self.fs, child),
-            };
-            if reply.add(
-                INodeNo(child),
-                item.offset,
-                &item.name,
-                &ttl,
-                &file_attr(&attr),
-                Generation(0),
-            ) {
-                // Did not fit: the kernel never saw it, so take the counted lookup back.
-                if item.ino.is_none() {
-                    self.fs.forget(child, 1);
-                }
-                break;
+                reply.fail(&e);
             }
         }
-        reply.ok();
     }
 
     fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
@@ -409,15 +378,4 @@ impl Filesystem for ZarrFuse {
     fn removexattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, reply: ReplyEmpty) {
         reply.fail(&self.fs.cannot_represent());
     }
-}
-
-fn dir_attr(fs: &Fs, ino: u64) -> Attr {
-    fs.attr(
-        ino,
-        &crate::view::Node {
-            size: 0,
-            mtime_ns: None,
-            source: crate::view::Source::Dir,
-        },
-    )
 }

@@ -1,5 +1,6 @@
 //! fuser's reply types as the adapter uses them: any reply can carry an error (so one helper
-//! answers every request), and `fs` values become fuser's attribute and file-type types.
+//! answers every request), `fs` values become fuser's attribute and file-type types, and a
+//! directory's items fill a (plus) directory reply as far as they fit.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
 
-use crate::fs::{Attr, FileKind, FsError};
+use crate::fs::{Attr, DirItem, FileKind, Fs, FsError};
 
 /// A reply that can carry an error.
 pub trait ErrorReply: Send + 'static {
@@ -82,4 +83,42 @@ pub fn xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
     } else {
         reply.data(value);
     }
+}
+
+/// Fill a directory reply with `items` as far as they fit.
+pub fn directory(fs: &Fs, mut reply: ReplyDirectory, items: Vec<DirItem>) {
+    for item in items {
+        let child = fs.entry_ino(&item, false);
+        if reply.add(INodeNo(child), item.offset, file_type(item.kind), &item.name) {
+            break;
+        }
+    }
+    reply.ok();
+}
+
+/// Fill a plus directory reply (entries with their attributes, each a counted lookup) with
+/// `items` as far as they fit.
+pub fn directory_plus(fs: &Fs, mut reply: ReplyDirectoryPlus, ttl: &Duration, items: Vec<DirItem>) {
+    for item in items {
+        let child = fs.entry_ino(&item, true);
+        let attr = match &item.node {
+            Some(node) => fs.attr(child, node),
+            None => fs.attr(child, &crate::view::Node::dir()),
+        };
+        if reply.add(
+            INodeNo(child),
+            item.offset,
+            &item.name,
+            ttl,
+            &file_attr(&attr),
+            Generation(0),
+        ) {
+            // Did not fit: the kernel never saw it, so take the counted lookup back.
+            if item.ino.is_none() {
+                fs.forget(child, 1);
+            }
+            break;
+        }
+    }
+    reply.ok();
 }

@@ -63,14 +63,7 @@ impl Store for ShardedArray {
             return Ok(None);
         };
         let meta = loc.meta();
-        if let Some(expected) = &opts.if_version {
-            if *expected != meta.version {
-                return Err(StoreError::VersionMismatch {
-                    key: key.to_string(),
-                    expected: expected.0.clone(),
-                });
-            }
-        }
+        opts.check_version(key, &meta.version)?;
         let (start, end) = opts.byte_range().resolve(loc.nbytes);
         let bytes = self.read_at(&loc, start, end - start).await?;
         Ok(Some(GetResult {

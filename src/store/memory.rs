@@ -84,14 +84,7 @@ impl Store for MemoryStore {
             return Ok(None);
         };
         let meta = meta(bytes, *version);
-        if let Some(expected) = &opts.if_version {
-            if *expected != meta.version {
-                return Err(StoreError::VersionMismatch {
-                    key: key.to_string(),
-                    expected: expected.0.clone(),
-                });
-            }
-        }
+        opts.check_version(key, &meta.version)?;
         let (start, end) = opts.byte_range().resolve(meta.size);
         let bytes = bytes.slice(start as usize..end as usize);
         Ok(Some(GetResult {

@@ -75,6 +75,18 @@ impl GetOptions {
     pub fn byte_range(&self) -> ByteRange {
         self.range.unwrap_or(ByteRange::Full)
     }
+
+    /// `VersionMismatch` unless a pinned read's version is `current`: the one check every
+    /// store makes before serving a pinned read.
+    pub fn check_version(&self, key: &str, current: &Version) -> Result<(), super::StoreError> {
+        match &self.if_version {
+            Some(expected) if expected != current => Err(super::StoreError::VersionMismatch {
+                key: key.to_string(),
+                expected: expected.0.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Size and version of a stored value.

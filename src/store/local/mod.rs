@@ -8,11 +8,6 @@
 //! (`if_version`) compares the version of the *open file* (fstat), which makes the check and
 //! the read refer to the same bytes without a second request.
 //!
-//! Pinned reads (the chunk reads of the sharding transformer) go through a small cache of open
-//! files: a cached descriptor is used only while the path still names the pinned version (a
-//! `stat` per read), which saves an open and a close per chunk and keeps the kernel's readahead
-//! state across the chunks of a shard.
-//!
 //! File I/O runs where blocking is allowed. A FUSE worker thread polling a request (and any
 //! caller outside a tokio task) runs it inline: reads of local files are served from the page
 //! cache in microseconds, and handing each one to another thread would cost as much as the read
@@ -20,15 +15,19 @@
 //! their `flock` waits and `fsync`s — it runs through `block_in_place`, which first hands the
 //! worker's other tasks to another thread, so no request waits behind this I/O.
 //!
-//! The module's parts: [`replace`] writes conditionally (the protocol against cooperating and
-//! foreign writers), [`version`] says what a version is and keeps versions from repeating,
-//! [`listing`] walks directories.
+//! The module's parts: [`read`] serves reads (pinned ones through a cache of open files),
+//! [`replace`] writes conditionally (the protocol against cooperating and foreign writers) and
+//! [`erase`] erases conditionally, [`version`] says what a version is and keeps versions from
+//! repeating, [`listing`] walks directories.
 
+mod erase;
 mod listing;
+mod read;
 mod replace;
 mod version;
 
 use listing::*;
+use read::*;
 use replace::*;
 pub use version::meta_of;
 use version::*;
@@ -110,53 +109,6 @@ impl LocalStore {
         Ok(self.root.join(prefix.trim_end_matches('/')))
     }
 
-    /// A pinned read through the cache of open files. The path is stat'ed first: a cached file
-    /// is used only while the path still names the pinned version, so a replaced value is
-    /// never served, and a stat costs far less than an open and a close.
-    fn get_pinned(
-        &self,
-        path: &Path,
-        key: &str,
-        pinned: &Version,
-        opts: &GetOptions,
-    ) -> StoreResult<Option<GetResult>> {
-        let current = match fs::metadata(path) {
-            Ok(m) if m.is_dir() => return Ok(None),
-            Ok(m) => meta_of(&m).version,
-            Err(e) if is_missing(&e) => return Ok(None),
-            Err(e) => return Err(StoreError::io(key, e)),
-        };
-        if current != *pinned {
-            return Err(StoreError::VersionMismatch {
-                key: key.to_string(),
-                expected: pinned.0.clone(),
-            });
-        }
-        let cached = self
-            .open_files
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .cloned();
-        if let Some((file, version)) = cached {
-            if version == *pinned {
-                return read_open(&file, key, opts);
-            }
-        }
-        let Some(file) = open_file(path, key)? else {
-            return Ok(None);
-        };
-        let result = read_open(&file, key, opts)?;
-        if let Some(got) = &result {
-            let entry = (Arc::new(file), got.meta.version.clone());
-            self.open_files
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .put(key.to_string(), entry);
-        }
-        Ok(result)
-    }
-
     fn temp_path(&self, target: &Path) -> PathBuf {
         let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("value");
         target.with_file_name(temp_name(name))
@@ -187,50 +139,6 @@ async fn blocking<T>(f: impl FnOnce() -> StoreResult<T>) -> StoreResult<T> {
     } else {
         f()
     }
-}
-
-fn open_file(path: &Path, key: &str) -> StoreResult<Option<File>> {
-    match File::open(path) {
-        Ok(f) => Ok(Some(f)),
-        Err(e) if is_missing(&e) => Ok(None),
-        Err(e) => Err(StoreError::io(key, e)),
-    }
-}
-
-/// Read from an open file, after checking its version against the pin.
-fn read_open(file: &File, key: &str, opts: &GetOptions) -> StoreResult<Option<GetResult>> {
-    let m = file.metadata().map_err(|e| StoreError::io(key, e))?;
-    if m.is_dir() {
-        return Ok(None);
-    }
-    let meta = meta_of(&m);
-    if let Some(expected) = &opts.if_version {
-        if *expected != meta.version {
-            return Err(StoreError::VersionMismatch {
-                key: key.to_string(),
-                expected: expected.0.clone(),
-            });
-        }
-    }
-    let (start, end) = opts.byte_range().resolve(meta.size);
-    let len = usize::try_from(end - start)
-        .map_err(|_| StoreError::io(key, std::io::Error::new(ErrorKind::InvalidInput, "range too large")))?;
-    let mut buf = vec![0u8; len];
-    let mut filled = 0;
-    while filled < len {
-        match file.read_at(&mut buf[filled..], start + filled as u64) {
-            Ok(0) => break, // the file shrank under us; return what is there
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(StoreError::io(key, e)),
-        }
-    }
-    buf.truncate(filled);
-    Ok(Some(GetResult {
-        bytes: Bytes::from(buf),
-        offset: start,
-        meta,
-    }))
 }
 
 fn write_atomically(path: &Path, temp: &Path, key: &str, value: &[u8]) -> StoreResult<Version> {

@@ -31,6 +31,9 @@ use super::{
 };
 
 /// Which service, where behaviour differs.
+mod errors;
+mod read;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
     S3,
@@ -74,13 +77,6 @@ impl ObjectBackend {
     pub fn with_secrets(mut self, secrets: Vec<String>) -> Self {
         self.secrets = secrets.into_iter().filter(|s| !s.is_empty()).collect();
         self
-    }
-
-    fn scrubbed(&self, mut message: String) -> String {
-        for secret in &self.secrets {
-            message = message.replace(secret.as_str(), "***");
-        }
-        message
     }
 
     /// What went over the wire: requests, transient failures, retries.
@@ -132,41 +128,6 @@ impl ObjectBackend {
             .map(str::to_string)
     }
 
-    fn error(&self, key: &str, e: object_store::Error) -> StoreError {
-        match e {
-            object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. } => {
-                StoreError::Conflict { key: key.to_string() }
-            }
-            object_store::Error::NotImplemented { .. } => StoreError::Unsupported("operation on this object store"),
-            object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
-                StoreError::PermissionDenied { key: key.to_string() }
-            }
-            other => {
-                let location = if key.is_empty() {
-                    self.name.clone()
-                } else {
-                    format!("{}/{key}", self.name.trim_end_matches('/'))
-                };
-                // No credentials: the client fell back to the cloud's instance metadata service,
-                // whose error says nothing useful; the hint leads, the client's words follow.
-                let hint = match (other.to_string().contains("169.254.169.254"), self.flavor) {
-                    (false, _) | (true, Flavor::Http) => None,
-                    (true, Flavor::S3) => Some("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), or use --no-sign-request for public data"),
-                    (true, Flavor::Gcs) => Some("no Google Cloud credentials found: set GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT), or use --no-sign-request for public data"),
-                    (true, Flavor::Azure) => Some("no Azure credentials found: set AZURE_STORAGE_ACCOUNT_KEY (or AZURE_STORAGE_SAS_TOKEN), or use --no-sign-request for public data"),
-                };
-                let message = match hint {
-                    Some(hint) => format!("{hint} (asking the instance metadata service instead failed: {other})"),
-                    None => other.to_string(),
-                };
-                StoreError::Io {
-                    key: location,
-                    source: std::io::Error::other(self.scrubbed(message)),
-                }
-            }
-        }
-    }
-
     fn meta_of(&self, meta: &object_store::ObjectMeta) -> ObjectMeta {
         ObjectMeta {
             size: meta.size,
@@ -175,102 +136,11 @@ impl ObjectBackend {
         }
     }
 
-    /// One read. With `needs_size`, the bounded range is pinned to the HEAD's version.
-    async fn get_attempt(&self, key: &str, opts: &GetOptions) -> StoreResult<Option<GetResult>> {
-        let path = self.path(key)?;
-        let mut range = match opts.byte_range() {
-            ByteRange::Full => None,
-            ByteRange::Range { length: 0, .. } => Some(GetRange::Bounded(0..0)),
-            ByteRange::Range { offset, length } => Some(GetRange::Bounded(offset..offset.saturating_add(length))),
-            ByteRange::From(offset) => Some(GetRange::Offset(offset)),
-            ByteRange::Suffix(n) => Some(GetRange::Suffix(n)),
-        };
-        // Ranges the server would refuse (empty, past the end, suffixes on Azure) need the size.
-        let needs_size = match &range {
-            Some(GetRange::Bounded(r)) => r.is_empty(),
-            Some(GetRange::Suffix(_)) => self.flavor == Flavor::Azure,
-            _ => false,
-        };
-        let mut size_pin = None;
-        if needs_size {
-            let Some(meta) = self.size_of(&path, key).await? else {
-                return Ok(None);
-            };
-            let (start, end) = opts.byte_range().resolve(meta.size);
-            if start == end {
-                return Ok(Some(GetResult {
-                    bytes: Bytes::new(),
-                    offset: start,
-                    meta: self.meta_of(&meta),
-                }));
-            }
-            range = Some(GetRange::Bounded(start..end));
-            size_pin = Some(self.meta_of(&meta).version);
-        }
-        // Pinned: GCS reads that very generation; the others send If-Match with the ETag.
-        let pin = opts.if_version.as_ref().or(size_pin.as_ref());
-        let pinned = pin.map(|v| v.0.as_str()).filter(|v| !v.starts_with("m:"));
-        let options = object_store::GetOptions {
-            range,
-            if_match: pinned.filter(|v| !v.starts_with("g:")).map(str::to_string),
-            version: pinned.and_then(|v| v.strip_prefix("g:")).map(str::to_string),
-            ..Default::default()
-        };
-        match self.inner.get_opts(&path, options).await {
-            Ok(result) => {
-                let (meta, offset) = (self.meta_of(&result.meta), result.range.start);
-                if let Some(expected) = pin {
-                    if *expected != meta.version {
-                        return Err(StoreError::VersionMismatch {
-                            key: key.to_string(),
-                            expected: expected.0.clone(),
-                        });
-                    }
-                }
-                let bytes = result.bytes().await.map_err(|e| self.error(key, e))?;
-                Ok(Some(GetResult { bytes, offset, meta }))
-            }
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(object_store::Error::Precondition { .. }) => Err(StoreError::VersionMismatch {
-                key: key.to_string(),
-                expected: pin.map(|v| v.0.clone()).unwrap_or_default(),
-            }),
-            // A range that starts past the end: an empty read, as for every store.
-            Err(e) if matches!(opts.range, Some(ByteRange::Range { .. } | ByteRange::From(_))) => {
-                let Some(meta) = self.size_of(&path, key).await? else {
-                    return Ok(None);
-                };
-                let (start, end) = opts.byte_range().resolve(meta.size);
-                if start == end {
-                    Ok(Some(GetResult {
-                        bytes: Bytes::new(),
-                        offset: start,
-                        meta: self.meta_of(&meta),
-                    }))
-                } else {
-                    Err(self.error(key, e))
-                }
-            }
-            Err(e) => Err(self.error(key, e)),
-        }
-    }
-
     fn readonly(&self) -> StoreResult<()> {
         if self.writable {
             Ok(())
         } else {
             Err(StoreError::ReadOnly)
-        }
-    }
-
-    async fn size_of(&self, path: &Path, key: &str) -> StoreResult<Option<object_store::ObjectMeta>> {
-        match self.inner.head(path).await {
-            Ok(meta) => Ok(Some(meta)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            // A static web server answers HEAD of a directory with a redirect to an index page,
-            // which has no object length: not a file (the directory is found by listing).
-            Err(e) if self.flavor == Flavor::Http && e.to_string().contains("Content-Length") => Ok(None),
-            Err(e) => Err(self.error(key, e)),
         }
     }
 }
