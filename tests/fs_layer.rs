@@ -11,10 +11,10 @@ use std::time::Duration;
 use common::*;
 use proptest::prelude::*;
 use serde_json::Value;
+use zarrfs::fs::inodes::ROOT_INO;
 use zarrfs::fs::{Attr, DirItem, FileKind, Fs, FsConfig, FsError, XATTR_SOURCE};
 use zarrfs::store::memory::MemoryStore;
 use zarrfs::store::{ByteRange, GetOptions, Store};
-use zarrfs::view::inodes::ROOT_INO;
 use zarrfs::view::{View, ViewMode, ViewOptions};
 
 const UID: u32 = 4321;

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
+use zarrfs::fs::inodes::ROOT_INO;
 use zarrfs::fs::{FileKind, Fs, FsConfig, FsError};
 use zarrfs::store::counting::CountingStore;
 use zarrfs::store::memory::MemoryStore;
 use zarrfs::store::{GetOptions, Store};
-use zarrfs::view::inodes::ROOT_INO;
 use zarrfs::view::{View, ViewOptions};
 use zarrfs::zarr::sharding::IndexLocation;
 

@@ -63,18 +63,6 @@ impl From<std::io::Error> for FsError {
     }
 }
 
-impl From<StoreError> for FsError {
-    fn from(e: StoreError) -> Self {
-        FsError::View(ViewError::Store(e))
-    }
-}
-
-impl From<ShardError> for FsError {
-    fn from(e: ShardError) -> Self {
-        FsError::View(ViewError::Shard(e))
-    }
-}
-
 fn store_errno(e: &StoreError) -> i32 {
     match e {
         StoreError::InvalidKey { .. } => libc::EINVAL,
@@ -122,6 +110,8 @@ impl FsError {
             FsError::View(ViewError::Shard(e)) => shard_errno(e),
             FsError::View(ViewError::Vanished(_)) => libc::ESTALE,
             FsError::View(ViewError::NotFound(_)) => libc::ENOENT,
+            FsError::View(ViewError::Exists(_)) => libc::EEXIST,
+            FsError::View(ViewError::CannotMove(_)) => libc::EXDEV,
             FsError::View(ViewError::Refused { .. }) => libc::EINVAL,
         }
     }
@@ -168,16 +158,17 @@ mod tests {
     fn errnos_keep_their_meaning() {
         assert_eq!(FsError::NotFound.errno(), libc::ENOENT);
         assert_eq!(FsError::ReadOnly.errno(), libc::EROFS);
-        let corrupt = FsError::from(ShardError::corrupt("a/c/0", "crc32c mismatch"));
+        let corrupt = FsError::View(ViewError::Shard(ShardError::corrupt("a/c/0", "crc32c mismatch")));
         assert_eq!(corrupt.errno(), libc::EIO);
         assert!(corrupt.to_string().contains("a/c/0") && corrupt.to_string().contains("crc32c"));
-        let stale = FsError::from(StoreError::VersionMismatch {
+        let store = |e| FsError::View(ViewError::Store(e));
+        let stale = store(StoreError::VersionMismatch {
             key: "k".into(),
             expected: "v".into(),
         });
         assert_eq!(stale.errno(), libc::ESTALE);
         assert_eq!(
-            FsError::from(StoreError::PermissionDenied { key: "k".into() }).errno(),
+            store(StoreError::PermissionDenied { key: "k".into() }).errno(),
             libc::EACCES
         );
     }

@@ -1,22 +1,18 @@
 //! Open file and directory handles.
 //!
-//! A chunk file is read as a snapshot: the first read fetches the whole inner chunk (one
-//! ranged request, pinned to its shard's version) into the handle, and every later read of
-//! that handle is served from it, so a reader never sees a chunk half old and half new. Chunks
-//! larger than [`SNAPSHOT_LIMIT`] are read range by range instead. A directory handle holds the
-//! listing taken at `opendir`, so offsets stay stable while the directory is read.
+//! A file handle is either a reader — a file of the view as confirmed at open, read
+//! consistently by the view (see `view::OpenFile`) — or a handle of a file being written, whose
+//! content the mount holds (shared by every handle of that name, see [`super::inodes`]). A
+//! directory handle holds the listing taken at `opendir`, so offsets stay stable while the
+//! directory is read.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-
 use super::buffer::{Budget, Buffer};
-use crate::view::{Node, Target};
-
-/// Largest chunk read whole into a handle on first read.
-pub const SNAPSHOT_LIMIT: u64 = 16 << 20;
+pub use crate::view::SNAPSHOT_LIMIT;
+use crate::view::{Node, OpenFile, Target};
 
 /// An open file: a node of the view read from, or a file being written.
 // Handles live behind an `Arc` in the handle table and are never moved by value; boxing the
@@ -24,24 +20,16 @@ pub const SNAPSHOT_LIMIT: u64 = 16 << 20;
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum FileHandle {
-    Read(ReadHandle),
+    /// A file opened for reading that nobody is writing through this mount.
+    Read(OpenFile),
     Write(WriteHandle),
 }
 
-/// A file opened for reading that nobody is writing through this mount.
-#[derive(Debug)]
-pub struct ReadHandle {
-    /// The node as confirmed at open (a chunk's shard version included).
-    pub node: Node,
-    /// The whole file, once read (chunk files up to the snapshot limit).
-    pub snapshot: tokio::sync::Mutex<Option<Bytes>>,
-    /// Read-ahead of a stored file on a remote source.
-    pub read_ahead: super::read_ahead::ReadAhead,
-}
-
-/// A handle of a file being written: its buffered content, shared by the handles of its path.
+/// A handle of a file being written: its buffered content, shared by the handles of its name.
 #[derive(Debug)]
 pub struct WriteHandle {
+    /// The inode the file was opened at: wherever renames take it, the file goes there.
+    pub ino: u64,
     pub file: Arc<WriteFile>,
     /// Opened for writing: only such handles commit (a reader of a file being written sees its
     /// content but never stores it).
@@ -50,29 +38,25 @@ pub struct WriteHandle {
 
 impl FileHandle {
     pub fn reader(node: Node) -> Self {
-        FileHandle::Read(ReadHandle {
-            node,
-            snapshot: tokio::sync::Mutex::new(None),
-            read_ahead: Default::default(),
-        })
+        FileHandle::Read(OpenFile::new(node))
     }
 
-    pub fn writer(file: Arc<WriteFile>, can_write: bool) -> Self {
-        FileHandle::Write(WriteHandle { file, can_write })
+    pub fn writer(ino: u64, file: Arc<WriteFile>, can_write: bool) -> Self {
+        FileHandle::Write(WriteHandle { ino, file, can_write })
     }
 
-    /// The file being written, for any handle of it.
-    pub fn written(&self) -> Option<&Arc<WriteFile>> {
+    /// The handle of a file being written, for any handle of it.
+    pub fn written(&self) -> Option<&WriteHandle> {
         match self {
-            FileHandle::Write(w) => Some(&w.file),
+            FileHandle::Write(w) => Some(w),
             FileHandle::Read(_) => None,
         }
     }
 
-    /// The file being written, for a handle that may commit it.
-    pub fn committer(&self) -> Option<&Arc<WriteFile>> {
+    /// The handle of a file being written, for a handle that may commit it.
+    pub fn committer(&self) -> Option<&WriteHandle> {
         match self {
-            FileHandle::Write(w) if w.can_write => Some(&w.file),
+            FileHandle::Write(w) if w.can_write => Some(w),
             _ => None,
         }
     }
@@ -87,13 +71,12 @@ pub enum Sink {
     Staged,
 }
 
-/// A file being written: its content in memory until committed, and where it is now. A
-/// rename moves the place, an unlink clears it (the content is then discarded at close), so
-/// every handle of the file commits to wherever the file is, not where it was opened.
+/// A file being written: its content in memory until committed. Where it goes is its
+/// inode's (see [`super::inodes`]): a rename moves it, an unlink takes it away (the content is
+/// then discarded at close), so every handle commits to wherever the file is now.
 #[derive(Debug)]
 pub struct WriteFile {
     pub state: tokio::sync::Mutex<WriteState>,
-    place: std::sync::Mutex<Option<(String, Sink)>>,
 }
 
 #[derive(Debug)]
@@ -143,17 +126,7 @@ impl WriteFile {
     fn with(state: WriteState) -> Self {
         WriteFile {
             state: tokio::sync::Mutex::new(state),
-            place: std::sync::Mutex::new(None),
         }
-    }
-
-    /// The path and destination of the file now; `None` once it has been unlinked.
-    pub fn place(&self) -> Option<(String, Sink)> {
-        self.place.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    pub fn set_place(&self, place: Option<(String, Sink)>) {
-        *self.place.lock().unwrap_or_else(|e| e.into_inner()) = place;
     }
 }
 

@@ -1,15 +1,18 @@
 //! Filesystem operations, without fuser types: what each FUSE request does.
 //!
-//! [`Fs`] turns inode numbers into view paths (through the inode table), asks the view, and
-//! returns plain attributes, bytes and listings. Mutations ([`write`]) are refused with EROFS
-//! unless the mount is writable. Errors are [`FsError`]s; the errno mapping and its logging live in
+//! [`Fs`] turns inode numbers into view paths (through the [`inodes`] table, which also owns
+//! everything the mount holds per name), has the view place each path once and act on it, and
+//! returns plain attributes, bytes and listings. It never names a shard, a store key or a
+//! store operation: those are the view's. Mutations ([`write`]) are refused with EROFS unless
+//! the mount is writable. Errors are [`FsError`]s; the errno mapping and its logging live in
 //! [`error`]. The FUSE adapter in `fuse/` only translates requests and replies.
 
 pub mod buffer;
+mod dirs;
 pub mod error;
 pub mod handles;
+pub mod inodes;
 mod overlay;
-mod read_ahead;
 mod readdir;
 mod rename;
 mod write;
@@ -22,13 +25,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 pub use error::{ErrorLog, FsError};
-use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile, SNAPSHOT_LIMIT};
+use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile};
+use inodes::{InodeTable, ROOT_INO};
 
 use crate::store::counting::CountingStore;
 use crate::store::transport::WireStats;
-use crate::store::ByteRange;
-use crate::view::inodes::{InodeTable, ROOT_INO};
-use crate::view::{Node, Source, View};
+use crate::view::{Located, Node, View};
 
 pub type FsResult<T> = Result<T, FsError>;
 
@@ -67,16 +69,6 @@ impl FsConfig {
             spill_dir: std::env::temp_dir(),
         }
     }
-}
-
-/// A path with content in memory: open for writing, or staged (see [`write`]).
-#[derive(Debug)]
-struct OverlayEntry {
-    file: Arc<WriteFile>,
-    sink: Sink,
-    handles: usize,
-    /// Closed with changes not yet committed (write-back mode), since when.
-    pending: Option<std::time::Instant>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,13 +123,10 @@ pub struct Fs {
     config: FsConfig,
     mounted_at: SystemTime,
     errors: ErrorLog,
-    overlay: std::sync::Mutex<std::collections::HashMap<String, OverlayEntry>>,
     counters: Option<Arc<CountingStore>>,
     wire: Option<Arc<WireStats>>,
     writeback: Option<writeback::WriteBack>,
     budget: Arc<buffer::Budget>,
-    /// Chunk directories made by mkdir that hold no stored chunk yet (they are implicit).
-    made_dirs: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 fn child_path(parent: &str, name: &str) -> String {
@@ -172,12 +161,10 @@ impl Fs {
             config,
             mounted_at: SystemTime::now(),
             errors: ErrorLog::default(),
-            overlay: Default::default(),
             counters: None,
             wire: None,
             writeback,
             budget,
-            made_dirs: Default::default(),
         }
     }
 
@@ -253,23 +240,23 @@ impl Fs {
     /// Look a name up in a directory; counts one kernel lookup of the returned inode.
     pub async fn lookup(&self, parent: u64, name: &str) -> FsResult<Attr> {
         validate_name(name)?;
-        let parent_path = self.path_of(parent)?;
-        let path = child_path(&parent_path, name);
-        if let Some(mut attr) = self.overlay_attr(0, &path).await {
+        let path = child_path(&self.path_of(parent)?, name);
+        let at = self.view.locate(&path).await?;
+        if let Some(mut attr) = self.local_attr(0, &at).await {
             attr.ino = self.inodes.lookup(&path);
             return Ok(attr);
         }
-        let node = self.node(&path).await?;
+        let node = self.node(&at).await?;
         let ino = self.inodes.lookup(&path);
         Ok(self.attr(ino, &node))
     }
 
-    /// The node at `path`: the view's, or a directory made by mkdir that is still implicit.
-    async fn node(&self, path: &str) -> FsResult<Node> {
-        if let Some(node) = self.view.lookup(path).await? {
+    /// The node at a placed path: the view's, or a directory only the mount knows of.
+    async fn node(&self, at: &Located) -> FsResult<Node> {
+        if let Some(node) = self.view.node(at).await? {
             return Ok(node);
         }
-        if self.unstored_dir(path) {
+        if self.inodes.is_local_dir(at.path()) {
             return Ok(Node::dir());
         }
         Err(FsError::NotFound)
@@ -280,64 +267,42 @@ impl Fs {
     }
 
     pub async fn getattr(&self, ino: u64) -> FsResult<Attr> {
-        let path = self.path_of(ino)?;
-        if let Some(attr) = self.overlay_attr(ino, &path).await {
+        let at = self.view.locate(&self.path_of(ino)?).await?;
+        if let Some(attr) = self.local_attr(ino, &at).await {
             return Ok(attr);
         }
-        let node = self.node(&path).await?;
+        let node = self.node(&at).await?;
         Ok(self.attr(ino, &node))
     }
 
     /// Open a file; `write` for any access mode that can write, `truncate` for O_TRUNC.
     pub async fn open(&self, ino: u64, write: bool, truncate: bool) -> FsResult<u64> {
-        let path = self.path_of(ino)?;
+        let at = self.view.locate(&self.path_of(ino)?).await?;
         if write {
-            return self.open_write(path, truncate, true).await;
+            return self.open_write(&at, truncate, true).await;
         }
         // A file being written is read as written so far; metadata being written is read as
         // stored (a refused document never reaches readers) unless none is stored yet.
-        if let Some((_, sink)) = self.overlay_get(&path) {
+        if let Some((_, sink)) = self.inodes.file_at(at.path()) {
             let metadata = matches!(sink, Sink::Commit(t) if t.is_metadata());
-            if !metadata || self.view.lookup(&path).await?.is_none() {
-                return self.open_write(path, false, false).await;
+            if !metadata || self.view.node(&at).await?.is_none() {
+                return self.open_write(&at, false, false).await;
             }
         }
-        let node = self.node(&path).await?;
-        if node.is_dir() {
-            return Err(FsError::IsADirectory);
+        match self.view.current(&at).await? {
+            Some(node) if node.is_dir() => Err(FsError::IsADirectory),
+            Some(node) => Ok(self.files.insert(FileHandle::reader(node))),
+            None if self.inodes.is_local_dir(at.path()) => Err(FsError::IsADirectory),
+            None => Err(FsError::NotFound),
         }
-        let node = self.view.current(node).await?.ok_or(FsError::NotFound)?;
-        Ok(self.files.insert(FileHandle::reader(node)))
     }
 
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Bytes> {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
-        let reader = match &*handle {
-            FileHandle::Write(w) => return self.read_writer(&w.file, offset, size).await,
-            FileHandle::Read(r) => r,
-        };
-        let node = &reader.node;
-        let len = u64::from(size);
-        if let (Source::Stored { key }, ahead @ 1..) = (&node.source, self.view.read_ahead_bytes()) {
-            let target = read_ahead::Target {
-                store: self.view.store(),
-                key,
-                size: node.size,
-                ahead,
-            };
-            return reader.read_ahead.read(&target, offset, len).await;
+        match &*handle {
+            FileHandle::Write(w) => self.read_writer(&w.file, offset, size).await,
+            FileHandle::Read(file) => Ok(self.view.read_open(file, offset, u64::from(size)).await?),
         }
-        let snapshotted = matches!(node.source, Source::Chunk { .. }) && node.size <= SNAPSHOT_LIMIT;
-        if !snapshotted {
-            return Ok(self.view.read(node, offset, len).await?);
-        }
-        let mut snapshot = reader.snapshot.lock().await;
-        if snapshot.is_none() {
-            *snapshot = Some(self.view.read(node, 0, SNAPSHOT_LIMIT).await?);
-        }
-        let whole = snapshot.as_ref().cloned().unwrap_or_default();
-        let (start, end) = ByteRange::Range { offset, length: len }.resolve(whole.len() as u64);
-        Ok(whole.slice(start as usize..end as usize))
     }
 
     pub fn statfs(&self) -> StatFs {

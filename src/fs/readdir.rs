@@ -8,7 +8,7 @@ impl Fs {
     /// Open a directory: its listing is taken now and read from the handle.
     pub async fn opendir(&self, ino: u64) -> FsResult<u64> {
         let path = self.path_of(ino)?;
-        let node = self.node(&path).await?;
+        let node = self.node(&self.view.locate(&path).await?).await?;
         if !node.is_dir() {
             return Err(FsError::NotADirectory);
         }
@@ -17,9 +17,9 @@ impl Fs {
         Ok(self.dirs.insert(DirHandle { path, entries }))
     }
 
-    /// Add to a listing what the store does not show yet: files in the overlay (being written,
-    /// staged, or pending write-back) and directories made by mkdir, with the directories that
-    /// lead to them.
+    /// Add to a listing what the store does not show yet: files the mount holds (being
+    /// written, staged, or pending write-back) and directories made by mkdir, with the
+    /// directories that lead to them.
     pub(super) async fn add_unstored(&self, dir: &str, entries: &mut Vec<(String, Node)>) {
         let prefix = if dir.is_empty() {
             String::new()
@@ -27,22 +27,17 @@ impl Fs {
             format!("{dir}/")
         };
         let mut extra: Vec<(String, Option<std::sync::Arc<WriteFile>>)> = Vec::new();
-        {
-            let overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
-            let made = self.made_dirs.lock().unwrap_or_else(|e| e.into_inner());
+        for (path, held) in self.inodes.local_below(dir) {
             // Metadata being written is listed as stored until accepted (as getattr shows it).
-            let files = overlay
-                .iter()
-                .filter(|(_, e)| !matches!(&e.sink, Sink::Commit(t) if t.is_metadata()))
-                .map(|(p, e)| (p, Some(e.file.clone())));
-            for (path, file) in files.chain(made.iter().map(|p| (p, None))) {
-                let Some(rest) = path.strip_prefix(&prefix) else {
-                    continue;
-                };
-                match rest.split_once('/') {
-                    Some((sub, _)) => extra.push((sub.to_string(), None)),
-                    None => extra.push((rest.to_string(), file)),
-                }
+            if matches!(&held, Some((_, Sink::Commit(t))) if t.is_metadata()) {
+                continue;
+            }
+            let Some(rest) = path.strip_prefix(&prefix) else {
+                continue;
+            };
+            match rest.split_once('/') {
+                Some((sub, _)) => extra.push((sub.to_string(), None)),
+                None => extra.push((rest.to_string(), held.map(|(file, _)| file))),
             }
         }
         for (name, file) in extra {
@@ -51,21 +46,16 @@ impl Fs {
                 continue;
             }
             if let Some(i) = listed {
-                entries.remove(i); // the overlay's content supersedes the stored one
+                entries.remove(i); // the held content supersedes the stored one
             }
             let node = match file {
                 Some(file) => {
                     let state = file.state.lock().await;
-                    let size = if state.loaded {
+                    Node::unstored(if state.loaded {
                         state.data.len()
                     } else {
                         state.size_hint
-                    };
-                    Node {
-                        size,
-                        mtime_ns: None,
-                        source: Source::Memory(Bytes::new()),
-                    }
+                    })
                 }
                 None => Node::dir(),
             };

@@ -1,25 +1,30 @@
 //! Renames. Names inside a sharded array that are neither chunk keys nor `zarr.json` — the
 //! temporary files clients write before renaming them into place (zarr-python's
-//! `1.<uuid>.partial`, rsync's `.1.XXXXXX`) — are *staged*: kept in the overlay, visible to
+//! `1.<uuid>.partial`, rsync's `.1.XXXXXX`) — are *staged*: held by the mount, visible to
 //! lookups, until they are renamed onto a real key (then committed there) or unlinked.
 //! Renaming a chunk file onto another chunk key moves the chunk; a stored file renamed onto a
 //! `zarr.json` is committed like a write of it. Other renames fail with EXDEV, never losing
 //! data.
+//!
+//! The inode of the source moves to the new name with whatever the mount holds for it, so open
+//! handles follow; it moves before anything is awaited whenever a handle may commit meanwhile
+//! (a release racing with the rename must commit to the new name, never bring the old back).
 
 use std::sync::Arc;
 
 use super::handles::{Sink, WriteFile};
+use super::inodes::Written;
 use super::{child_path, validate_name, Fs, FsError, FsResult};
-use crate::view::{Source, Target};
+use crate::view::Located;
 
 impl Fs {
     /// Move a file. What moves is decided by where it comes from and where it goes:
-    /// - a staged file (a temporary name inside a sharded array) goes anywhere a file can be
-    ///   written: onto a chunk key it is committed there (or, in write-back mode, left pending);
-    /// - a chunk file moves onto another chunk key of the *same* array, or to a staged name of
-    ///   it (its bytes are encoded for that array only);
-    /// - a stored file moves by the store's rename, or onto a chunk key / `zarr.json`, where it
-    ///   is committed like a write;
+    /// - a staged file goes anywhere a file can be written: onto a chunk key it is committed
+    ///   there (or, in write-back mode, left pending);
+    /// - a file being written (or pending) moves with its content where the view allows its
+    ///   bytes to go as they are, and the old name's stored version is removed;
+    /// - a file the mount does not hold is moved by the view (chunks within their array,
+    ///   stored files), or staged when it is a chunk going to a temporary name of its array;
     /// - anything else (directories, chunks between arrays, metadata) is EXDEV.
     pub async fn rename(
         &self,
@@ -37,46 +42,37 @@ impl Fs {
         if from == to {
             return Ok(());
         }
-        if no_replace && (self.overlay_get(&to).is_some() || self.view.lookup(&to).await?.is_some()) {
+        let (from_at, to_at) = (self.view.locate(&from).await?, self.view.locate(&to).await?);
+        if no_replace && (self.inodes.file_at(&to).is_some() || self.view.node(&to_at).await?.is_some()) {
             return Err(FsError::Exists);
         }
-        let sink = self.sink_for(&to).await?;
-        if self.overlay_get(&from).is_none() && self.view.lookup(&from).await?.is_none() {
+        let sink = self.sink_for(&to_at).await?;
+        let held = self.inodes.file_at(&from);
+        if held.is_none() && self.view.node(&from_at).await?.is_none() {
             return Err(FsError::NotFound);
         }
-        // The file at `to`, if in the overlay, is replaced: like an unlink, its open handles
-        // keep a file that no longer has a place.
-        if let Some(replaced) = self.overlay_take(&to) {
-            replaced.file.set_place(None);
+        // The file held at `to`, if any, is replaced: like an unlink, its open handles keep a
+        // file that no longer has a place.
+        if let Some(replaced) = self.inodes.take_file(&to) {
             if replaced.pending.is_some() {
                 self.undefer(&replaced.sink);
             }
         }
-        match self.overlay_get(&from) {
-            Some((file, Sink::Staged)) => self.move_staged(&from, &to, file, sink).await?,
-            Some((_, from_sink)) => self.move_open(&from, &to, from_sink, sink).await?,
-            None => self.move_node(&from, &to, sink).await?,
+        match held {
+            Some((file, Sink::Staged)) => self.move_staged(&from, &to, file, sink).await,
+            Some((file, from_sink)) => self.move_open(&from_at, &to, file, from_sink, sink).await,
+            None => self.move_node(&from_at, &to_at, sink).await,
         }
-        self.inodes.rename(&from, &to);
-        Ok(())
     }
 
     /// Move a staged file onto `to`.
     async fn move_staged(&self, from: &str, to: &str, file: Arc<WriteFile>, sink: Sink) -> FsResult<()> {
-        if matches!(sink, Sink::Staged) || self.defers(&sink) {
-            let Some(mut entry) = self.overlay_take(from) else {
-                return Err(FsError::NotFound);
-            };
-            // Moved before anything is awaited: a release racing with this rename must commit
-            // to the new name, never bring the old one back.
-            entry.file.set_place(Some((to.to_string(), sink.clone())));
-            let deferred = self.defers(&sink);
+        let deferred = self.defers(&sink);
+        if matches!(sink, Sink::Staged) || deferred {
+            self.inodes.rename(from, to);
+            self.inodes.with_file(to, |w| w.sink = sink.clone());
             if deferred {
                 file.state.lock().await.touch();
-            }
-            entry.sink = sink;
-            self.overlay_put(to, entry);
-            if deferred {
                 self.defer(to);
             }
             return Ok(());
@@ -85,53 +81,45 @@ impl Fs {
             return Err(FsError::CrossDevice);
         };
         let data = self.load(&file).await?.data.to_bytes()?;
-        self.commit(&target, data).await?;
-        self.overlay_remove(from);
+        self.view.commit(&target, data).await?;
+        self.inodes.take_file(from);
+        self.inodes.rename(from, to);
         Ok(())
     }
 
-    /// Move a file that is being written, or pending write-back: its content goes to `to`
-    /// (a chunk key of the same array, or a stored file onto a stored file), the old name's
-    /// stored version is removed, and open handles follow it there.
-    async fn move_open(&self, from: &str, to: &str, from_sink: Sink, sink: Sink) -> FsResult<()> {
+    /// Move a file that is being written, or pending write-back: its content goes to `to`,
+    /// the old name's stored version is removed, and open handles follow it there.
+    async fn move_open(
+        &self,
+        from_at: &Located,
+        to: &str,
+        file: Arc<WriteFile>,
+        from_sink: Sink,
+        sink: Sink,
+    ) -> FsResult<()> {
         let allowed = match (&from_sink, &sink) {
-            (Sink::Commit(Target::Chunk { array: a, .. }), Sink::Commit(Target::Chunk { array: b, .. })) => {
-                Arc::ptr_eq(a, b)
-            }
-            (
-                Sink::Commit(Target::Stored { .. }),
-                Sink::Commit(Target::Stored { .. } | Target::NodeMetadata { .. }),
-            ) => true,
+            (Sink::Commit(a), Sink::Commit(b)) => a.may_move_to(b),
             _ => false,
         };
         if !allowed {
             return Err(FsError::CrossDevice);
         }
-        let Some(mut entry) = self.overlay_take(from) else {
-            return Err(FsError::NotFound);
-        };
-        // Moved before anything is awaited: a release racing with this rename must commit
-        // to the new name, never bring the old one back.
-        entry.file.set_place(Some((to.to_string(), sink.clone())));
+        let from = from_at.path();
+        self.inodes.rename(from, to);
+        self.inodes.with_file(to, |w| w.sink = sink.clone());
         // The content must be whole before the old name's stored version goes.
-        let loaded = self.load(&entry.file).await.map(|mut state| state.touch());
+        let loaded = self.load(&file).await.map(|mut state| state.touch());
         if let Err(e) = loaded {
-            entry.file.set_place(Some((from.to_string(), from_sink.clone())));
-            self.overlay
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(from.to_string(), entry);
+            self.inodes.rename(to, from);
+            self.inodes.with_file(from, |w| w.sink = from_sink);
             return Err(e);
         }
-        if entry.pending.take().is_some() {
+        if self.inodes.with_file(to, |w| w.pending.take()).flatten().is_some() {
             self.undefer(&from_sink);
         }
-        if let Some(node) = self.view.lookup(from).await? {
-            self.remove_node(from, &node).await?;
+        if let Some(node) = self.view.node(from_at).await? {
+            self.view.remove(&node).await?;
         }
-        let (file, handles) = (entry.file.clone(), entry.handles);
-        entry.sink = sink.clone();
-        self.overlay_put(to, entry);
         if self.defers(&sink) {
             self.defer(to);
             return Ok(());
@@ -141,60 +129,32 @@ impl Fs {
         let Sink::Commit(target) = &sink else { return Ok(()) };
         let mut state = file.state.lock().await;
         let data = state.data.to_bytes()?;
-        self.commit(target, data).await?;
+        self.view.commit(target, data).await?;
         state.dirty = false;
         drop(state);
-        if handles == 0 {
-            self.overlay_remove(to);
-        }
+        self.inodes.drop_committed(to, &file);
         Ok(())
     }
 
-    /// Move a stored file or a chunk file onto `to`.
-    async fn move_node(&self, from: &str, to: &str, sink: Sink) -> FsResult<()> {
-        let node = self.node(from).await?;
-        match (&node.source, &sink) {
-            (Source::Chunk { array, .. }, Sink::Commit(target @ Target::Chunk { array: dest, .. }))
-                if Arc::ptr_eq(array, dest) =>
-            {
-                let data = self.view.read(&node, 0, u64::MAX).await?;
-                self.commit(target, data).await?;
-                self.remove_node(from, &node).await
-            }
-            (Source::Chunk { array, .. }, Sink::Staged)
-                if self
-                    .view
-                    .sharded_array_of(to)
-                    .await?
-                    .is_some_and(|dest| Arc::ptr_eq(array, &dest)) =>
-            {
+    /// Move a file the mount does not hold onto `to`.
+    async fn move_node(&self, from_at: &Located, to_at: &Located, sink: Sink) -> FsResult<()> {
+        let node = self.node(from_at).await?;
+        match sink {
+            Sink::Commit(target) => self.view.move_node(&node, &target).await?,
+            // A chunk going to a temporary name of its own array: held there until renamed
+            // back onto a chunk key.
+            Sink::Staged if self.view.is_chunk_of_array_at(&node, to_at) => {
                 let data = self.view.read(&node, 0, u64::MAX).await?;
                 let file = Arc::new(WriteFile::new_empty(self.budget.clone()));
                 file.state.lock().await.data.replace(&data)?;
-                let entry = super::OverlayEntry {
-                    file,
-                    sink: Sink::Staged,
-                    handles: 0,
-                    pending: None,
-                };
-                self.overlay
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(to.to_string(), entry);
-                self.remove_node(from, &node).await
+                self.view.remove(&node).await?;
+                self.inodes.rename(from_at.path(), to_at.path());
+                self.inodes.put_file(to_at.path(), Written::new(file, Sink::Staged));
+                return Ok(());
             }
-            (Source::Stored { key }, Sink::Commit(Target::Stored { key: dest })) => {
-                Ok(self.view.store().rename(key, dest).await?)
-            }
-            (
-                Source::Stored { key },
-                Sink::Commit(target @ (Target::Chunk { .. } | Target::Metadata(_) | Target::NodeMetadata { .. })),
-            ) => {
-                let data = self.view.read(&node, 0, u64::MAX).await?;
-                self.commit(target, data).await?;
-                Ok(self.view.store().erase(key).await?)
-            }
-            _ => Err(FsError::CrossDevice),
+            Sink::Staged => return Err(FsError::CrossDevice),
         }
+        self.inodes.rename(from_at.path(), to_at.path());
+        Ok(())
     }
 }

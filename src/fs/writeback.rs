@@ -19,8 +19,7 @@ use tokio::sync::Notify;
 
 use super::handles::Sink;
 use super::{Fs, FsError, FsResult};
-use crate::shard::ShardedArray;
-use crate::view::Target;
+use crate::view::{Batch, Target};
 
 /// The write-back state of a mount.
 #[derive(Debug)]
@@ -28,8 +27,8 @@ pub struct WriteBack {
     pub delay: Duration,
     /// Wakes the flusher early (a shard became complete, or a flush was asked for).
     wake: Notify,
-    /// Pending chunk files per shard key, to notice complete shards.
-    per_shard: std::sync::Mutex<HashMap<String, u64>>,
+    /// Pending chunk files per commit batch (their shard), to notice complete ones.
+    per_batch: std::sync::Mutex<HashMap<Batch, u64>>,
     /// One write-back pass at a time: two passes (the flusher and an fsync) would otherwise
     /// take the same pending files and commit them twice.
     pass: tokio::sync::Mutex<()>,
@@ -40,17 +39,20 @@ impl WriteBack {
         WriteBack {
             delay,
             wake: Notify::new(),
-            per_shard: Default::default(),
+            per_batch: Default::default(),
             pass: Default::default(),
         }
+    }
+
+    fn batches(&self) -> std::sync::MutexGuard<'_, HashMap<Batch, u64>> {
+        self.per_batch.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// A chunk file due for commit: where it goes, its bytes, and the generation they are of.
 struct Due {
     path: String,
-    array: Arc<ShardedArray>,
-    coords: Vec<u64>,
+    target: Target,
     data: Bytes,
     generation: u64,
 }
@@ -58,82 +60,72 @@ struct Due {
 impl Fs {
     /// Whether closing a file of this sink defers its commit.
     pub(super) fn defers(&self, sink: &Sink) -> bool {
-        self.writeback.is_some() && matches!(sink, Sink::Commit(Target::Chunk { .. }))
+        self.writeback.is_some() && matches!(sink, Sink::Commit(t) if t.is_chunk())
     }
 
-    /// A chunk file was closed with changes: leave it pending; wake the flusher if its shard is
-    /// now complete.
+    /// A chunk file was closed with changes: leave it pending; wake the flusher if its batch
+    /// (its shard) is now complete.
     pub(super) fn defer(&self, path: &str) {
         let Some(wb) = &self.writeback else { return };
-        let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(entry) = overlay.get_mut(path) else { return };
-        if entry.pending.is_some() {
-            return;
-        }
-        let Sink::Commit(Target::Chunk { array, coords }) = &entry.sink else {
-            return;
-        };
-        entry.pending = Some(Instant::now());
-        let Some(shard) = array.shard_key_of(coords) else {
-            return;
-        };
-        let mut per_shard = wb.per_shard.lock().unwrap_or_else(|e| e.into_inner());
-        let count = per_shard.entry(shard).or_insert(0);
+        let batch = self.inodes.with_file(path, |w| {
+            let Sink::Commit(target) = &w.sink else { return None };
+            if w.pending.is_some() || !target.is_chunk() {
+                return None;
+            }
+            w.pending = Some(Instant::now());
+            target.batch()
+        });
+        let Some(batch) = batch.flatten() else { return };
+        let mut batches = wb.batches();
+        let capacity = batch.capacity;
+        let count = batches.entry(batch).or_insert(0);
         *count += 1;
-        if *count >= array.chunks_in_shard_of(coords) {
+        if *count >= capacity {
             wb.wake.notify_one();
         }
     }
 
-    /// A pending entry left the overlay (committed, or unlinked).
+    /// A pending file is no longer held (committed, or unlinked).
     pub(super) fn undefer(&self, sink: &Sink) {
-        let (Some(wb), Sink::Commit(Target::Chunk { array, coords })) = (&self.writeback, sink) else {
+        let (Some(wb), Sink::Commit(target)) = (&self.writeback, sink) else {
             return;
         };
-        let Some(shard) = array.shard_key_of(coords) else {
-            return;
-        };
-        let mut per_shard = wb.per_shard.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = per_shard.get_mut(&shard) {
+        let Some(batch) = target.batch() else { return };
+        let mut batches = wb.batches();
+        if let Some(count) = batches.get_mut(&batch) {
             *count = count.saturating_sub(1);
             if *count == 0 {
-                per_shard.remove(&shard);
+                batches.remove(&batch);
             }
         }
     }
 
     /// Pending chunk files that are due: all of them (`all`), else those waiting longer than
-    /// the delay or belonging to a complete shard.
+    /// the delay or belonging to a complete batch.
     async fn due(&self, all: bool) -> Vec<Due> {
         let Some(wb) = &self.writeback else { return Vec::new() };
-        let candidates: Vec<_> = {
-            let overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
-            let complete = wb.per_shard.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            overlay
-                .iter()
-                .filter_map(|(path, e)| {
-                    let since = e.pending?;
-                    let Sink::Commit(Target::Chunk { array, coords }) = &e.sink else {
-                        return None;
-                    };
-                    let full = array
-                        .shard_key_of(coords)
-                        .and_then(|s| complete.get(&s).copied())
-                        .is_some_and(|n| n >= array.chunks_in_shard_of(coords));
-                    (all || full || since.elapsed() >= wb.delay)
-                        .then(|| (path.clone(), e.file.clone(), array.clone(), coords.clone()))
-                })
-                .collect()
-        };
+        let complete = wb.batches().clone();
+        let candidates: Vec<_> = self
+            .inodes
+            .files()
+            .into_iter()
+            .filter_map(|(path, file, sink, pending)| {
+                let since = pending?;
+                let Sink::Commit(target) = sink else { return None };
+                let full = target
+                    .batch()
+                    .is_some_and(|b| complete.get(&b).is_some_and(|n| *n >= b.capacity));
+                (all || full || since.elapsed() >= wb.delay).then_some((path, file, target))
+            })
+            .collect();
         let mut due = Vec::with_capacity(candidates.len());
-        for (path, file, array, coords) in candidates {
+        for (path, file, target) in candidates {
             let state = file.state.lock().await;
             if state.dirty && state.loaded {
                 let Ok(data) = state.data.to_bytes() else { continue };
                 due.push(Due {
                     path,
-                    array,
-                    coords,
+                    target,
                     data,
                     generation: state.generation,
                 });
@@ -146,22 +138,15 @@ impl Fs {
     /// handles whose release the kernel never sent), then report the first failure.
     pub async fn commit_all(&self) -> FsResult<()> {
         let result = self.write_back(true).await;
-        let dirty: Vec<(String, Arc<super::handles::WriteFile>, Sink)> = {
-            let overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
-            overlay
-                .iter()
-                .map(|(p, e)| (p.clone(), e.file.clone(), e.sink.clone()))
-                .collect()
-        };
         let mut first_error = result.err();
-        for (path, file, sink) in dirty {
+        for (path, file, sink, _) in self.inodes.files() {
             let Sink::Commit(target) = sink else { continue };
             let mut state = file.state.lock().await;
             if !state.dirty || !state.loaded {
                 continue;
             }
             let committed = match state.data.to_bytes() {
-                Ok(data) => self.commit(&target, data).await,
+                Ok(data) => self.view.commit(&target, data).await.map_err(FsError::from),
                 Err(e) => Err(e.into()),
             };
             match committed {
@@ -176,7 +161,8 @@ impl Fs {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Commit pending chunk files (all of them with `all`), one rewrite per shard.
+    /// Commit pending chunk files (all of them with `all`), handed to the view together so
+    /// each shard is rewritten once.
     pub async fn write_back(&self, all: bool) -> FsResult<()> {
         let Some(wb) = &self.writeback else { return Ok(()) };
         let _pass = wb.pass.lock().await;
@@ -184,21 +170,13 @@ impl Fs {
         if due.is_empty() {
             return Ok(());
         }
-        let mut by_array: HashMap<usize, (Arc<ShardedArray>, Vec<Due>)> = HashMap::new();
-        for d in due {
-            by_array
-                .entry(Arc::as_ptr(&d.array) as usize)
-                .or_insert_with(|| (d.array.clone(), Vec::new()))
-                .1
-                .push(d);
-        }
+        let files = due.iter().map(|d| (d.target.clone(), d.data.clone())).collect();
         let mut first_error = None;
-        for (_, (array, items)) in by_array {
-            let chunks = items.iter().map(|d| (d.coords.clone(), Some(d.data.clone()))).collect();
-            match array.write_chunks(chunks).await {
+        for (indexes, outcome) in self.view.commit_together(files).await {
+            match outcome {
                 Ok(()) => {
-                    for d in items {
-                        self.committed(&d).await;
+                    for d in indexes.iter().filter_map(|&i| due.get(i)) {
+                        self.committed(d).await;
                     }
                 }
                 Err(e) => {
@@ -212,9 +190,9 @@ impl Fs {
     }
 
     /// A pending file's bytes are in the store: it is clean unless written again meanwhile, and
-    /// leaves the overlay when no handle has it open.
+    /// is no longer held when no handle has it open.
     async fn committed(&self, due: &Due) {
-        let Some((file, sink)) = self.overlay_get(&due.path) else {
+        let Some((file, sink)) = self.inodes.file_at(&due.path) else {
             return;
         };
         let mut state = file.state.lock().await;
@@ -223,19 +201,10 @@ impl Fs {
         }
         state.dirty = false;
         drop(state);
-        let mut overlay = self.overlay.lock().unwrap_or_else(|e| e.into_inner());
-        let done = overlay
-            .get(&due.path)
-            .is_some_and(|e| e.handles == 0 && Arc::ptr_eq(&e.file, &file));
-        if done {
-            overlay.remove(&due.path);
-            drop(overlay);
-            self.undefer(&sink);
-        } else if let Some(entry) = overlay.get_mut(&due.path) {
-            entry.pending = None;
-            drop(overlay);
-            self.undefer(&sink);
+        if !self.inodes.drop_committed(&due.path, &file) {
+            self.inodes.with_file(&due.path, |w| w.pending = None);
         }
+        self.undefer(&sink);
     }
 
     /// The background flusher of a write-back mount: wakes every quarter of the delay, or when

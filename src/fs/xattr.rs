@@ -6,20 +6,9 @@ use super::*;
 impl Fs {
     /// Where a file's bytes come from, as text.
     async fn source_text(&self, ino: u64) -> FsResult<String> {
-        let path = self.path_of(ino)?;
-        let node = self.node(&path).await?;
-        match &node.source {
-            Source::Dir => Err(FsError::NoAttribute),
-            Source::Stored { key } => Ok(format!("stored {key}")),
-            Source::Memory(_) => Ok("rewritten metadata".to_string()),
-            Source::Chunk { array, coords } => {
-                let loc = array.locate(coords).await?.ok_or(FsError::NotFound)?;
-                Ok(format!(
-                    "shard {} offset {} length {}",
-                    loc.shard_key, loc.offset, loc.nbytes
-                ))
-            }
-        }
+        let at = self.view.locate(&self.path_of(ino)?).await?;
+        let node = self.node(&at).await?;
+        self.view.describe(&node).await?.ok_or(FsError::NoAttribute)
     }
 
     pub async fn getxattr(&self, ino: u64, name: &str) -> FsResult<Vec<u8>> {
@@ -48,7 +37,7 @@ impl Fs {
         if ino == ROOT_INO && self.counters.is_some() {
             return Ok(format!("{XATTR_STATS}\0").into_bytes());
         }
-        let node = self.node(&path).await?;
+        let node = self.node(&self.view.locate(&path).await?).await?;
         if node.is_dir() {
             return Ok(Vec::new());
         }

@@ -35,7 +35,7 @@ impl View {
                 let mut entries = self.list_stored(dir).await?;
                 if let Some(group) = group {
                     for (_, node) in entries.iter_mut().filter(|(name, _)| name == METADATA) {
-                        *node = Self::group_node(&group);
+                        *node = Self::group_node(dir, &group);
                     }
                 }
                 return Ok(entries);
@@ -76,15 +76,8 @@ impl View {
         let mut out = Vec::new();
         for (name, stored) in self.list_stored(&node.dir).await? {
             if name == METADATA {
-                let bytes = node.rewritten.clone();
-                out.push((
-                    name,
-                    Node {
-                        size: bytes.len() as u64,
-                        mtime_ns: stored.mtime_ns,
-                        source: Source::Memory(bytes),
-                    },
-                ));
+                let rewritten = Node::rewritten(node.rewritten.clone(), &node.dir, stored.mtime_ns);
+                out.push((name, rewritten));
             } else if encoding.classify(&name, ndim) == ChunkPath::Other {
                 out.push((name, stored));
             }
@@ -105,6 +98,7 @@ impl View {
                 source: Source::Chunk {
                     array: array.clone(),
                     coords,
+                    at: None,
                 },
             },
             _ => Node::dir(),

@@ -2,42 +2,46 @@
 //!
 //! Paths are `/`-separated and relative to the mount root (`""` is the root). In the raw mode
 //! every path is the store's own. In the unsharded mode a path is first placed relative to
-//! the nearest sharded array above it (found by walking directories from the root through
-//! the [`nodes`] cache): the array's `zarr.json` is the rewritten one, chunk keys and chunk
+//! the nearest sharded array above it ([`locate`]: one walk from the root through the
+//! [`nodes`] cache): the array's `zarr.json` is the rewritten one, chunk keys and chunk
 //! directories come from the sharding transformer, and everything else passes through.
 //! Outside sharded arrays, a group's `zarr.json` is rewritten too when its consolidated
 //! metadata describes sharded arrays, and every `zarr.json` written there is translated back
 //! ([`metadata_write`]), so the hierarchy is coherent as a whole, not only array by array.
-//! The view knows nothing of inodes or handles; see `fs/` for those and [`inodes`].
+//!
+//! Callers hold [`Located`] paths, [`Node`]s and [`Target`]s without looking inside them: the
+//! view alone knows which are shards, store keys or rewritten documents, and does all their
+//! I/O — reads ([`open_file`]), writes, removals and moves ([`write`]), listings ([`listing`]).
+//! It knows nothing of inodes or handles; see `fs/` for those.
 
-pub mod inodes;
 mod listing;
+mod locate;
 pub mod metadata_write;
 pub mod nodes;
+mod open_file;
+mod read_ahead;
+mod target;
 mod types;
+mod write;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::shard::{DataCache, IndexCache, ShardOptions, ShardStats, ShardedArray};
+use crate::shard::{DataCache, IndexCache, ShardOptions, ShardStats};
 use crate::store::key::dir_prefix;
 use crate::store::{ByteRange, GetOptions, Store};
-use crate::zarr::key_encoding::ChunkPath;
-use nodes::{GroupNode, NodeCache, NodeInfo, ShardedNode};
-pub use types::{Node, Source, Target, ViewError, ViewMode, ViewOptions};
+pub use locate::Located;
+use locate::{At, Place};
+use nodes::{GroupNode, NodeCache};
+pub use open_file::{OpenFile, SNAPSHOT_LIMIT};
+pub use target::{Batch, Target};
+use types::Source;
+pub use types::{Node, ViewError, ViewMode, ViewOptions};
+pub use write::DirMade;
 
 /// The name of a node's metadata document.
 const METADATA: &str = "zarr.json";
-
-/// Where a directory lies, as far as the meaning of paths in it goes.
-enum Place {
-    /// At or below a sharded array shown unsharded.
-    Sharded(Arc<ShardedNode>),
-    /// Elsewhere: the store shows through, except the directory's own group document when the
-    /// view rewrites it.
-    Stored { group: Option<Arc<GroupNode>> },
-}
 
 #[derive(Debug)]
 pub struct View {
@@ -92,161 +96,55 @@ impl View {
         }
     }
 
-    /// Bytes to read ahead on stored files (remote sources), 0 for none.
-    pub fn read_ahead_bytes(&self) -> u64 {
-        self.read_ahead
-    }
-
     /// Cache and commit counters of the sharding layer.
     pub fn shard_stats(&self) -> &ShardStats {
         &self.stats
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    /// Where directory `dir` lies: the nearest sharded array at or above it, walking from the
-    /// root, or else `dir`'s own rewritten group document. Nothing below an array is a node, so
-    /// the walk stops at the first array of any kind.
-    async fn place(&self, dir: &str) -> Result<Place, ViewError> {
-        if self.mode == ViewMode::Raw {
-            return Ok(Place::Stored { group: None });
-        }
-        let components = dir.match_indices('/').map(|(i, _)| i);
-        let ends = std::iter::once(0)
-            .chain(components)
-            .chain((!dir.is_empty()).then_some(dir.len()));
-        let mut group = None;
-        for end in ends {
-            match self.nodes.info(&dir[..end]).await? {
-                NodeInfo::Sharded(node) => return Ok(Place::Sharded(node)),
-                NodeInfo::Array => return Ok(Place::Stored { group: None }),
-                NodeInfo::Group(node) if end == dir.len() => group = Some(node),
-                NodeInfo::Plain | NodeInfo::Group(_) => {}
-            }
-        }
-        Ok(Place::Stored { group })
-    }
-
-    /// The nearest sharded array at or above directory `dir`.
-    async fn sharded_at_or_above(&self, dir: &str) -> Result<Option<Arc<ShardedNode>>, ViewError> {
-        Ok(match self.place(dir).await? {
-            Place::Sharded(node) => Some(node),
-            Place::Stored { .. } => None,
-        })
-    }
-
-    /// The node of a rewritten group document.
-    fn group_node(group: &GroupNode) -> Node {
-        Node {
-            size: group.rewritten.len() as u64,
-            mtime_ns: group.mtime_ns,
-            source: Source::Memory(group.rewritten.clone()),
-        }
-    }
-
     /// The node at `path`, or `None` if there is none.
     pub async fn lookup(&self, path: &str) -> Result<Option<Node>, ViewError> {
-        if path.is_empty() {
-            return Ok(Some(Node::dir()));
-        }
-        let (parent, name) = split_parent(path);
-        let node = match self.place(parent).await? {
-            Place::Sharded(node) => node,
-            Place::Stored { group: Some(group) } if name == METADATA => return Ok(Some(Self::group_node(&group))),
-            Place::Stored { .. } => return self.lookup_stored(path).await,
-        };
-        let rel = relative(&node.dir, path);
-        if rel == METADATA {
-            let bytes = node.rewritten.clone();
-            return Ok(Some(Node {
-                size: bytes.len() as u64,
-                mtime_ns: node.mtime_ns,
-                source: Source::Memory(bytes),
-            }));
-        }
-        let array = &node.array;
-        match array.encoding().classify(rel, array.ndim()) {
-            ChunkPath::Chunk(coords) => Ok(array.locate(&coords).await?.map(|loc| Node {
+        let at = self.locate(path).await?;
+        self.node(&at).await
+    }
+
+    /// What exists at a placed path now, or `None`.
+    pub async fn node(&self, at: &Located) -> Result<Option<Node>, ViewError> {
+        let path = at.path();
+        match &at.at {
+            At::Root => Ok(Some(Node::dir())),
+            At::NodeDoc { group: Some(group) } => Ok(Some(Self::group_node(split_parent(path).0, group))),
+            At::NodeDoc { group: None } | At::Stored { .. } => self.lookup_stored(path).await,
+            At::ArrayDoc(node) => Ok(Some(Node::rewritten(node.rewritten.clone(), &node.dir, node.mtime_ns))),
+            At::Chunk { node, coords } => Ok(node.array.locate(coords).await?.map(|loc| Node {
                 size: loc.nbytes,
                 mtime_ns: loc.mtime_ns,
                 source: Source::Chunk {
-                    array: array.clone(),
-                    coords,
+                    array: node.array.clone(),
+                    coords: coords.clone(),
+                    at: None,
                 },
             })),
-            ChunkPath::Dir(prefix) => Ok(array.dir_exists(&prefix).await?.then(Node::dir)),
-            ChunkPath::Other => {
-                // Inside the chunk tree only chunk keys exist; elsewhere the store shows through.
-                let (rel_parent, _) = split_parent(rel);
-                match array.encoding().classify(rel_parent, array.ndim()) {
-                    ChunkPath::Dir(_) | ChunkPath::Chunk(_) => Ok(None),
-                    ChunkPath::Other => self.lookup_stored(path).await,
-                }
+            At::ChunkDir { node, prefix } => Ok(node.array.dir_exists(prefix).await?.then(Node::dir)),
+            At::NotAChunk(_) => Ok(None),
+        }
+    }
+
+    /// What writing a file at a placed path does: `Some` target in the store, or `None` for a
+    /// name the store cannot hold there that the mount keeps until it is renamed or removed —
+    /// a name inside a sharded array's directory that is neither a chunk key nor stored (the
+    /// temporary files clients write before renaming them into place).
+    pub async fn write_target(&self, at: &Located) -> Result<Option<Target>, ViewError> {
+        if let At::Stored { within: Some(_) } = &at.at {
+            if self.lookup_stored(at.path()).await?.is_none() {
+                return Ok(None);
             }
         }
+        Ok(at.dest())
     }
 
-    /// Forget cached knowledge of directory `dir` (after its metadata was written).
-    pub fn forget_dir(&self, dir: &str) {
-        self.nodes.forget(dir);
-    }
-
-    /// Whether `path` lies inside a sharded array's directory (where names that are not chunk
-    /// keys or `zarr.json` are staged, not stored).
-    pub async fn inside_sharded(&self, path: &str) -> Result<bool, ViewError> {
-        Ok(self.sharded_array_of(path).await?.is_some())
-    }
-
-    /// The sharded array whose directory holds `path`, if any.
-    pub async fn sharded_array_of(&self, path: &str) -> Result<Option<Arc<ShardedArray>>, ViewError> {
-        Ok(self
-            .sharded_at_or_above(split_parent(path).0)
-            .await?
-            .map(|node| node.array.clone()))
-    }
-
-    /// What a file written at `path` becomes.
-    pub async fn target(&self, path: &str) -> Result<Target, ViewError> {
-        let (parent, name) = split_parent(path);
-        let Some(node) = self.sharded_at_or_above(parent).await? else {
-            if name == METADATA && self.mode != ViewMode::Raw {
-                return Ok(Target::NodeMetadata {
-                    dir: parent.to_string(),
-                });
-            }
-            return Ok(Target::Stored { key: path.to_string() });
-        };
-        let rel = relative(&node.dir, path);
-        if rel == METADATA {
-            return Ok(Target::Metadata(node));
-        }
-        let array = &node.array;
-        match array.encoding().classify(rel, array.ndim()) {
-            ChunkPath::Chunk(coords) => Ok(Target::Chunk {
-                array: array.clone(),
-                coords,
-            }),
-            ChunkPath::Dir(_) => Ok(Target::Refused("a chunk directory")),
-            ChunkPath::Other => match array.encoding().classify(split_parent(rel).0, array.ndim()) {
-                ChunkPath::Dir(_) | ChunkPath::Chunk(_) => Ok(Target::Refused("not a chunk key of this array")),
-                ChunkPath::Other => Ok(Target::Stored { key: path.to_string() }),
-            },
-        }
-    }
-
-    /// Whether `path` is a directory of some sharded array's chunk tree (implicit: it exists
-    /// as soon as a chunk below it does, and needs no storing).
-    pub async fn is_chunk_dir(&self, path: &str) -> Result<bool, ViewError> {
-        let Some(node) = self.sharded_at_or_above(split_parent(path).0).await? else {
-            return Ok(false);
-        };
-        let rel = relative(&node.dir, path);
-        Ok(matches!(
-            node.array.encoding().classify(rel, node.array.ndim()),
-            ChunkPath::Dir(_)
-        ))
+    /// The node of the rewritten group document of directory `dir`.
+    fn group_node(dir: &str, group: &GroupNode) -> Node {
+        Node::rewritten(group.rewritten.clone(), dir, group.mtime_ns)
     }
 
     async fn lookup_stored(&self, path: &str) -> Result<Option<Node>, ViewError> {
@@ -266,28 +164,13 @@ impl View {
         Ok(self.store.dir_exists(&dir_prefix(path)).await?.then(Node::dir))
     }
 
-    /// The node as the store holds it now: a chunk's shard version is confirmed first (a file
-    /// about to be opened must not come from a stale index). `None` if it is gone.
-    pub async fn current(&self, node: Node) -> Result<Option<Node>, ViewError> {
-        let Source::Chunk { array, coords } = &node.source else {
-            return Ok(Some(node));
-        };
-        let Some(loc) = array.locate_current(coords).await? else {
-            return Ok(None);
-        };
-        Ok(Some(Node {
-            size: loc.nbytes,
-            mtime_ns: loc.mtime_ns,
-            ..node
-        }))
-    }
-
     /// Read `len` bytes at `offset` of a file node (short at the end of the file). A file that
-    /// has disappeared from the store is an error, not an empty read.
+    /// has disappeared from the store is an error, not an empty read. A chunk located at open
+    /// is read where it was found; if its shard changed since, it is located again.
     pub async fn read(&self, node: &Node, offset: u64, len: u64) -> Result<Bytes, ViewError> {
         let bytes = match &node.source {
             Source::Dir => return Err(ViewError::IsADirectory),
-            Source::Memory(bytes) => {
+            Source::Rewritten { bytes, .. } => {
                 let (start, end) = ByteRange::Range { offset, length: len }.resolve(bytes.len() as u64);
                 return Ok(bytes.slice(start as usize..end as usize));
             }
@@ -295,17 +178,52 @@ impl View {
                 let range = GetOptions::range(ByteRange::Range { offset, length: len });
                 self.store.get(key, range).await?.map(|g| g.bytes)
             }
-            Source::Chunk { array, coords } => array.read_chunk(coords, offset, len).await?.map(|(_, b)| b),
+            Source::Chunk {
+                array,
+                coords,
+                at: Some(loc),
+            } => match array.read_at(loc, offset, len).await {
+                Err(crate::store::StoreError::VersionMismatch { .. }) => {
+                    array.forget_shard(&loc.shard_key);
+                    array.read_chunk(coords, offset, len).await?.map(|(_, b)| b)
+                }
+                other => Some(other?),
+            },
+            Source::Chunk {
+                array,
+                coords,
+                at: None,
+            } => array.read_chunk(coords, offset, len).await?.map(|(_, b)| b),
+            Source::Unstored => None,
         };
-        bytes.ok_or_else(|| ViewError::Vanished(self.describe(node)))
+        bytes.ok_or_else(|| ViewError::Vanished(self.describe_key(node)))
     }
 
-    fn describe(&self, node: &Node) -> String {
+    fn describe_key(&self, node: &Node) -> String {
         match &node.source {
             Source::Stored { key } => key.clone(),
             // Chunk keys of the view are spelled like shard keys of the store.
-            Source::Chunk { array, coords } => array.shard_key(coords),
-            Source::Dir | Source::Memory(_) => String::new(),
+            Source::Chunk { array, coords, .. } => array.shard_key(coords),
+            Source::Rewritten { dir, .. } => format!("{}{METADATA}", dir_prefix(dir)),
+            Source::Dir | Source::Unstored => String::new(),
         }
+    }
+
+    /// Where a file's bytes are stored, in words (`user.zarrfs.source`); `None` for
+    /// directories.
+    pub async fn describe(&self, node: &Node) -> Result<Option<String>, ViewError> {
+        Ok(Some(match &node.source {
+            Source::Dir => return Ok(None),
+            Source::Stored { key } => format!("stored {key}"),
+            Source::Rewritten { .. } => "rewritten metadata".to_string(),
+            Source::Unstored => "being written".to_string(),
+            Source::Chunk { array, coords, .. } => {
+                let loc = array
+                    .locate(coords)
+                    .await?
+                    .ok_or_else(|| ViewError::NotFound(self.describe_key(node)))?;
+                format!("shard {} offset {} length {}", loc.shard_key, loc.offset, loc.nbytes)
+            }
+        }))
     }
 }

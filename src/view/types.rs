@@ -7,8 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
-use super::nodes::ShardedNode;
-use crate::shard::{ShardError, ShardedArray};
+use crate::shard::{ChunkLocation, ShardError, ShardedArray};
 use crate::store::StoreError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +64,12 @@ pub enum ViewError {
     Vanished(String),
     #[error("{0}: not found")]
     NotFound(String),
+    #[error("{0}: already exists")]
+    Exists(String),
+    /// A move the view cannot make without changing what the bytes mean (between arrays,
+    /// of directories or metadata).
+    #[error("{0}: cannot be moved there")]
+    CannotMove(String),
     /// Metadata written through the view that the store cannot hold as it stands.
     #[error("{key}: metadata write refused: {refusal}")]
     Refused {
@@ -73,53 +78,37 @@ pub enum ViewError {
     },
 }
 
-/// Where a node's bytes come from.
+/// Where a node's bytes come from. Private to the view: what lies behind a file is the view's
+/// business, and callers act on nodes only through the view's operations.
 #[derive(Debug, Clone)]
-pub enum Source {
+pub(super) enum Source {
     Dir,
     /// A value of the underlying store, passed through.
     Stored {
         key: String,
     },
-    /// Bytes the view made (a rewritten `zarr.json`).
-    Memory(Bytes),
-    /// An inner chunk of a sharded array.
+    /// Bytes the view made: the rewritten `zarr.json` of the node at `dir`.
+    Rewritten {
+        bytes: Bytes,
+        dir: String,
+    },
+    /// An inner chunk of a sharded array, with where it was found when the file was opened.
     Chunk {
         array: Arc<ShardedArray>,
         coords: Vec<u64>,
+        at: Option<ChunkLocation>,
     },
+    /// A file only the mount knows of (being written), listed with its size.
+    Unstored,
 }
 
-/// What writing a file at a path of the view means.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// An inner chunk of a sharded array: packed into its shard.
-    Chunk { array: Arc<ShardedArray>, coords: Vec<u64> },
-    /// The view's `zarr.json` of a sharded array.
-    Metadata(Arc<ShardedNode>),
-    /// A `zarr.json` outside sharded arrays (a group, an array shown as stored, a new node):
-    /// translated back where it describes arrays shown unsharded.
-    NodeMetadata { dir: String },
-    /// Any other file: passed through to the store under this key.
-    Stored { key: String },
-    /// A name that cannot be a file there (e.g. not a chunk key inside a chunk directory).
-    Refused(&'static str),
-}
-
-impl Target {
-    /// Whether this is a metadata document the view may translate (shown as stored until its
-    /// write is accepted).
-    pub fn is_metadata(&self) -> bool {
-        matches!(self, Target::Metadata(_) | Target::NodeMetadata { .. })
-    }
-}
-
-/// A file or directory of the view.
+/// A file or directory of the view, as found now: its size and time for attributes, and
+/// (opaque to callers) where its bytes come from.
 #[derive(Debug, Clone)]
 pub struct Node {
     pub size: u64,
     pub mtime_ns: Option<i128>,
-    pub source: Source,
+    pub(super) source: Source,
 }
 
 impl Node {
@@ -132,6 +121,26 @@ impl Node {
             size: 0,
             mtime_ns: None,
             source: Source::Dir,
+        }
+    }
+
+    /// A file only the mount knows of (being written, staged), for listings and attributes.
+    pub fn unstored(size: u64) -> Self {
+        Node {
+            size,
+            mtime_ns: None,
+            source: Source::Unstored,
+        }
+    }
+
+    pub(super) fn rewritten(bytes: Bytes, dir: &str, mtime_ns: Option<i128>) -> Self {
+        Node {
+            size: bytes.len() as u64,
+            mtime_ns,
+            source: Source::Rewritten {
+                bytes,
+                dir: dir.to_string(),
+            },
         }
     }
 }

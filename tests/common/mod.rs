@@ -865,7 +865,7 @@ pub fn writable_fs(store: Arc<dyn Store>) -> zarrfs::fs::Fs {
 
 /// Resolve a path from the root by successive lookups.
 pub async fn fs_resolve(fs: &zarrfs::fs::Fs, path: &str) -> Result<zarrfs::fs::Attr, zarrfs::fs::FsError> {
-    let mut attr = fs.getattr(zarrfs::view::inodes::ROOT_INO).await?;
+    let mut attr = fs.getattr(zarrfs::fs::inodes::ROOT_INO).await?;
     for name in path.split('/').filter(|n| !n.is_empty()) {
         attr = fs.lookup(attr.ino, name).await?;
     }
@@ -911,7 +911,7 @@ pub async fn fs_list(fs: &zarrfs::fs::Fs, ino: u64) -> Result<Vec<zarrfs::fs::Di
 pub async fn fs_walk(fs: &zarrfs::fs::Fs) -> (BTreeMap<String, Vec<u8>>, BTreeSet<String>) {
     use zarrfs::fs::FileKind;
     let (mut files, mut dirs) = (BTreeMap::new(), BTreeSet::new());
-    let mut stack = vec![(String::new(), zarrfs::view::inodes::ROOT_INO)];
+    let mut stack = vec![(String::new(), zarrfs::fs::inodes::ROOT_INO)];
     while let Some((dir, ino)) = stack.pop() {
         let items = fs_list(fs, ino)
             .await
@@ -946,7 +946,7 @@ pub async fn fs_walk(fs: &zarrfs::fs::Fs) -> (BTreeMap<String, Vec<u8>>, BTreeSe
 
 /// The inode of directory `path`, making the missing directories on the way (`mkdir -p`).
 pub async fn fs_mkdir_p(fs: &zarrfs::fs::Fs, path: &str) -> Result<u64, zarrfs::fs::FsError> {
-    let mut ino = zarrfs::view::inodes::ROOT_INO;
+    let mut ino = zarrfs::fs::inodes::ROOT_INO;
     for name in path.split('/').filter(|n| !n.is_empty()) {
         ino = match fs.lookup(ino, name).await {
             Ok(attr) => attr.ino,

@@ -18,9 +18,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
-use super::FsResult;
+use super::ViewError;
 use crate::store::{ByteRange, GetOptions, GetResult, Store, StoreResult, Version};
-use crate::view::ViewError;
 
 /// Bytes of a stored file read ahead, from `offset`, of one version.
 #[derive(Debug)]
@@ -99,7 +98,7 @@ pub struct ReadAhead {
 }
 
 impl ReadAhead {
-    pub async fn read(&self, target: &Target<'_>, offset: u64, len: u64) -> FsResult<Bytes> {
+    pub async fn read(&self, target: &Target<'_>, offset: u64, len: u64) -> Result<Bytes, ViewError> {
         let mut state = self.state.lock().await;
         if let Some(bytes) = state.window.as_ref().and_then(|w| w.slice(offset, len)) {
             Self::maybe_fetch_next(&mut state, target, offset + len);
