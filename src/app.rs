@@ -279,7 +279,8 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     fs_config.writable = settings.writable;
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
-    let fs = Arc::new(Fs::new(view, fs_config).with_counters(counters, wire));
+    let counters = StoreCounters { store: counters, wire };
+    let fs = Arc::new(Fs::new(view, fs_config).with_counters(Arc::new(counters)));
     let cfg = MountConfig {
         read_only: !settings.writable,
         allow_other: settings.allow_other,
@@ -324,4 +325,29 @@ fn inspect(source: &str, json: bool) -> Result<()> {
         print!("{}", report.to_text());
     }
     Ok(())
+}
+
+/// The request counters of the mount's store, and what a remote source's client sent.
+#[derive(Debug)]
+struct StoreCounters {
+    store: Arc<CountingStore>,
+    wire: Option<Arc<WireStats>>,
+}
+
+impl crate::fs::Counters for StoreCounters {
+    fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut stats = as_object(serde_json::to_value(self.store.counts()));
+        if let Some(wire) = &self.wire {
+            stats.extend(as_object(serde_json::to_value(wire.counts())));
+        }
+        stats
+    }
+}
+
+/// The fields of a serialised counter struct (none if it did not serialise to an object).
+fn as_object(value: serde_json::Result<serde_json::Value>) -> serde_json::Map<String, serde_json::Value> {
+    match value {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    }
 }

@@ -634,8 +634,8 @@ async fn rewritten_shard_in_a_local_store_is_not_stale() {
 
 fn assert_corrupt<T: std::fmt::Debug>(r: Result<T, ShardError>, key: &str, what: &str) {
     match r {
-        Err(ShardError::Corrupt { key: k, reason }) => {
-            assert_eq!(k, key, "{what}: wrong key in {reason}");
+        Err(ShardError::Corrupt { key: k, why, .. }) => {
+            assert_eq!(k, key, "{what}: wrong key in {why}");
         }
         other => panic!("{what}: expected Corrupt({key}), got {other:?}"),
     }
@@ -1188,4 +1188,50 @@ async fn cached_shard_bytes_are_never_served_for_another_version() {
     s.array.forget_shard(&s.array.shard_key(&[0, 0]));
     let (_, bytes) = s.array.read_chunk(&[1, 1], 0, u64::MAX).await.unwrap().unwrap();
     assert_eq!(&bytes[..], &other[&vec![1, 1]][..]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The transformer as a store: chunk keys written and erased through the Store interface.
+
+#[tokio::test]
+async fn chunk_keys_are_written_and_erased_through_the_store_interface() {
+    let spec = ArraySpec::new(&[8, 8], &[4, 4], &[2, 2]);
+    let chunks = spec.full_chunks(3, 1, 9);
+    let built = spec.build("a/", &chunks);
+    let s = setup(&built, sticky());
+    // Over the memory store itself: it has the conditional writes a commit needs.
+    let a = &built.open(s.memory.clone(), sticky());
+    assert!(a.capabilities().writable);
+    a.set("c/1/2", bytes::Bytes::from_static(b"new bytes")).await.unwrap();
+    let got = a.get("c/1/2", GetOptions::default()).await.unwrap().unwrap();
+    assert_eq!(&got.bytes[..], b"new bytes");
+    // The neighbours in the same shard are untouched, and the stored shard holds the change.
+    assert_eq!(
+        a.get("c/0/2", GetOptions::default())
+            .await
+            .unwrap()
+            .unwrap()
+            .bytes
+            .to_vec(),
+        built.expected[&vec![0, 2]]
+    );
+    let fresh = built.open(s.memory.clone(), sticky());
+    assert_eq!(
+        &fresh.read_chunk(&[1, 2], 0, 100).await.unwrap().unwrap().1[..],
+        b"new bytes"
+    );
+    a.erase("c/1/2").await.unwrap();
+    assert!(a.get("c/1/2", GetOptions::default()).await.unwrap().is_none());
+    let fresh = built.open(s.memory.clone(), sticky());
+    assert!(fresh.read_chunk(&[1, 2], 0, 100).await.unwrap().is_none());
+    // Keys that are not chunks of the grid cannot be written.
+    for key in ["c/4/0", "zarr.json", "c/1", "other"] {
+        assert!(
+            matches!(
+                a.set(key, bytes::Bytes::from_static(b"x")).await,
+                Err(zarrfs::store::StoreError::InvalidKey { .. })
+            ),
+            "{key}"
+        );
+    }
 }

@@ -79,7 +79,7 @@ fn store_errno(e: &StoreError) -> i32 {
 fn shard_errno(e: &ShardError) -> i32 {
     match e {
         ShardError::Store(e) => store_errno(e),
-        ShardError::Corrupt { .. } => libc::EIO,
+        ShardError::Corrupt { .. } | ShardError::Layout { .. } => libc::EIO,
         ShardError::Unstable { .. } => libc::ESTALE,
         ShardError::OutsideGrid { .. } => libc::EINVAL,
         ShardError::Shared(inner) => shard_errno(inner),
@@ -158,7 +158,8 @@ mod tests {
     fn errnos_keep_their_meaning() {
         assert_eq!(FsError::NotFound.errno(), libc::ENOENT);
         assert_eq!(FsError::ReadOnly.errno(), libc::EROFS);
-        let corrupt = FsError::View(ViewError::Shard(ShardError::corrupt("a/c/0", "crc32c mismatch")));
+        let crc = crate::zarr::ZarrError::Checksum { stored: 1, computed: 2 };
+        let corrupt = FsError::View(ViewError::Shard(ShardError::corrupt("a/c/0", crc)));
         assert_eq!(corrupt.errno(), libc::EIO);
         assert!(corrupt.to_string().contains("a/c/0") && corrupt.to_string().contains("crc32c"));
         let store = |e| FsError::View(ViewError::Store(e));

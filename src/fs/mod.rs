@@ -28,11 +28,14 @@ pub use error::{ErrorLog, FsError};
 use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile};
 use inodes::{InodeTable, ROOT_INO};
 
-use crate::store::counting::CountingStore;
-use crate::store::transport::WireStats;
 use crate::view::{Located, Node, View};
 
 pub type FsResult<T> = Result<T, FsError>;
+
+/// Counters of the layers below the view (store requests, transport), taken when asked for.
+pub trait Counters: std::fmt::Debug + Send + Sync {
+    fn snapshot(&self) -> serde_json::Map<String, serde_json::Value>;
+}
 
 /// The name of the extended attribute that tells where a file's bytes are stored.
 pub const XATTR_SOURCE: &str = "user.zarrfs.source";
@@ -123,8 +126,7 @@ pub struct Fs {
     config: FsConfig,
     mounted_at: SystemTime,
     errors: ErrorLog,
-    counters: Option<Arc<CountingStore>>,
-    wire: Option<Arc<WireStats>>,
+    counters: Option<Arc<dyn Counters>>,
     writeback: Option<writeback::WriteBack>,
     budget: Arc<buffer::Budget>,
 }
@@ -162,17 +164,15 @@ impl Fs {
             mounted_at: SystemTime::now(),
             errors: ErrorLog::default(),
             counters: None,
-            wire: None,
             writeback,
             budget,
         }
     }
 
-    /// Publish these request counters (and, for a remote source, what its client sent over
-    /// the wire) as the root's `user.zarrfs.stats` attribute.
-    pub fn with_counters(mut self, counters: Arc<CountingStore>, wire: Option<Arc<WireStats>>) -> Self {
+    /// Publish these counters (the store's requests, and what a remote source's client sent
+    /// over the wire), with the view's, as the root's `user.zarrfs.stats` attribute.
+    pub fn with_counters(mut self, counters: Arc<dyn Counters>) -> Self {
         self.counters = Some(counters);
-        self.wire = wire;
         self
     }
 

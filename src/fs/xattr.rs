@@ -14,14 +14,7 @@ impl Fs {
     pub async fn getxattr(&self, ino: u64, name: &str) -> FsResult<Vec<u8>> {
         if name == XATTR_STATS && ino == ROOT_INO {
             let counters = self.counters.as_ref().ok_or(FsError::NoAttribute)?;
-            let mut stats = match serde_json::to_value(counters.counts()) {
-                Ok(serde_json::Value::Object(map)) => map,
-                _ => return Err(FsError::NoAttribute),
-            };
-            let wire = self.wire.as_ref().map(|w| w.counts()).unwrap_or_default();
-            if let Ok(serde_json::Value::Object(wire)) = serde_json::to_value(wire) {
-                stats.extend(wire);
-            }
+            let mut stats = counters.snapshot();
             stats.extend(self.view.shard_stats().snapshot());
             return serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute);
         }

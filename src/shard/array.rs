@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::data_cache::DataCache;
 use super::index_cache::{IndexCache, IndexKey};
-use super::ShardError;
+use super::{Corruption, ShardError};
 use crate::store::{ByteRange, GetOptions, Store, StoreError, Version};
 use crate::zarr::grid::grid_shape;
 use crate::zarr::key_encoding::ChunkKeyEncoding;
@@ -102,7 +102,10 @@ impl ShardedArray {
         cache: Arc<IndexCache>,
         options: ShardOptions,
     ) -> Result<Self, ShardError> {
-        let bad = |e| ShardError::corrupt(&format!("{prefix}zarr.json"), e);
+        let bad = |why| ShardError::Layout {
+            key: format!("{prefix}zarr.json"),
+            why,
+        };
         let inner_grid = grid_shape(&meta.shape, &layout.inner_chunk_shape).map_err(bad)?;
         let shard_shape = &layout.levels.first().ok_or_else(|| bad_layout(&prefix))?.shard_shape;
         let per_shard = grid_shape(shard_shape, &layout.inner_chunk_shape).map_err(bad)?;
@@ -192,7 +195,7 @@ impl ShardedArray {
             let offset = index
                 .base
                 .checked_add(range.offset)
-                .ok_or_else(|| ShardError::corrupt(&shard_key, "offset overflow"))?;
+                .ok_or_else(|| ShardError::corrupt_at(&shard_key, &path, Corruption::OffsetOverflow))?;
             path.push(chunk);
             match self.layout.levels.get(level + 1) {
                 None => {
@@ -347,5 +350,8 @@ fn exact(got: Option<crate::store::GetResult>, loc: &ChunkLocation, length: u64)
 }
 
 pub(super) fn bad_layout(prefix: &str) -> ShardError {
-    ShardError::corrupt(&format!("{prefix}zarr.json"), "sharding layout without levels")
+    ShardError::Layout {
+        key: format!("{prefix}zarr.json"),
+        why: crate::zarr::ZarrError::invalid("codecs", "sharding layout without levels"),
+    }
 }

@@ -95,6 +95,24 @@ impl ShardedArray {
         Ok(())
     }
 
+    /// Store or remove one inner chunk by a rewrite of its shard of its own, outside the
+    /// commit queues (for callers without an `Arc`, such as the [`Store`] impl).
+    ///
+    /// [`Store`]: crate::store::Store
+    pub(super) async fn commit_one(&self, coords: &[u64], bytes: Option<Bytes>) -> Result<(), ShardError> {
+        let outside = || ShardError::OutsideGrid {
+            key: self.shard_key(coords),
+        };
+        let loc = self
+            .layout
+            .locate(coords)
+            .filter(|_| self.in_grid(coords))
+            .ok_or_else(outside)?;
+        self.written.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.commit_shard(&self.shard_key(&loc.shard_coords), &[(loc.per_level_index, bytes)])
+            .await
+    }
+
     /// Remove the directories of an erased shard that are left empty, up to (not including)
     /// the array's directory, as object stores would have them vanish. Stops at the first one
     /// that is not empty.
@@ -157,7 +175,7 @@ impl ShardedArray {
             let current = self.store.get(shard_key, GetOptions::default()).await?;
             let (mut content, condition) = match &current {
                 Some(got) => {
-                    let content = unpack(&got.bytes, levels).map_err(|e| ShardError::from_zarr(shard_key, e))?;
+                    let content = unpack(&got.bytes, levels).map_err(|e| ShardError::corrupt(shard_key, e))?;
                     (content, Precondition::Version(got.meta.version.clone()))
                 }
                 None => (ShardContent::default(), Precondition::Absent),
@@ -165,9 +183,9 @@ impl ShardedArray {
             for (path, bytes) in changes {
                 content
                     .set_checked(levels, path, bytes.clone())
-                    .map_err(|e| ShardError::from_zarr(shard_key, e))?;
+                    .map_err(|e| ShardError::corrupt(shard_key, e))?;
             }
-            let packed = pack(&content, levels).map_err(|e| ShardError::from_zarr(shard_key, e))?;
+            let packed = pack(&content, levels).map_err(|e| ShardError::corrupt(shard_key, e))?;
             let packed_empty = packed.is_none();
             let written = match packed {
                 Some(bytes) => self

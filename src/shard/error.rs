@@ -1,4 +1,5 @@
-//! Errors of the sharding transformer.
+//! Errors of the sharding transformer, structured: which shard, which nested entry, and why,
+//! kept as values up to `fs/error.rs`, where the errno is chosen.
 
 use thiserror::Error;
 
@@ -9,9 +10,17 @@ use crate::zarr::ZarrError;
 pub enum ShardError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Stored bytes that cannot be a valid shard: names the shard key and the reason.
-    #[error("corrupt shard {key}: {reason}")]
-    Corrupt { key: String, reason: String },
+    /// Stored bytes that cannot be a valid shard. `entry` is the path of index entries down to
+    /// the nested shard at fault (empty: the stored shard itself).
+    #[error("corrupt shard {key}{}: {why}", nested(entry))]
+    Corrupt {
+        key: String,
+        entry: Vec<u64>,
+        why: Corruption,
+    },
+    /// The array's metadata (at `key`) describes a sharding its chunk grid cannot follow.
+    #[error("{key}: unusable sharding layout: {why}")]
+    Layout { key: String, why: ZarrError },
     /// The shard kept changing while being read or committed, beyond the retry budget.
     #[error("shard {key} changed repeatedly while being read or written")]
     Unstable { key: String },
@@ -23,24 +32,52 @@ pub enum ShardError {
     Shared(std::sync::Arc<ShardError>),
 }
 
+/// Why stored bytes are not a valid shard.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Corruption {
+    /// The bytes break the format: index checksum, entries out of bounds or overlapping.
+    #[error(transparent)]
+    Format(#[from] ZarrError),
+    #[error("shard is {size} bytes, shorter than its {index_size}-byte index")]
+    ShorterThanIndex { size: u64, index_size: u64 },
+    #[error("nested shard of {nbytes} bytes is shorter than its index")]
+    NestedShorterThanIndex { nbytes: u64 },
+    #[error("nested shard index lies past the end of the shard")]
+    NestedIndexPastEnd,
+    #[error("chunk offset overflows")]
+    OffsetOverflow,
+}
+
+fn nested(entry: &[u64]) -> String {
+    if entry.is_empty() {
+        String::new()
+    } else {
+        format!(" (nested shard at index entries {entry:?})")
+    }
+}
+
 impl ShardError {
-    pub fn corrupt(key: &str, reason: impl std::fmt::Display) -> Self {
-        ShardError::Corrupt {
-            key: key.to_string(),
-            reason: reason.to_string(),
-        }
+    /// The stored shard at `key` is corrupt.
+    pub fn corrupt(key: &str, why: impl Into<Corruption>) -> Self {
+        Self::corrupt_at(key, &[], why)
     }
 
-    pub fn from_zarr(key: &str, e: ZarrError) -> Self {
-        Self::corrupt(key, e)
+    /// The nested shard reached by index entries `entry` of the stored shard `key` is corrupt.
+    pub fn corrupt_at(key: &str, entry: &[u64], why: impl Into<Corruption>) -> Self {
+        ShardError::Corrupt {
+            key: key.to_string(),
+            entry: entry.to_vec(),
+            why: why.into(),
+        }
     }
 
     /// The key of the shard or chunk the error is about, when it names one.
     pub fn key(&self) -> Option<&str> {
         match self {
-            ShardError::Corrupt { key, .. } | ShardError::Unstable { key } | ShardError::OutsideGrid { key } => {
-                Some(key)
-            }
+            ShardError::Corrupt { key, .. }
+            | ShardError::Layout { key, .. }
+            | ShardError::Unstable { key }
+            | ShardError::OutsideGrid { key } => Some(key),
             ShardError::Store(_) => None,
             ShardError::Shared(inner) => inner.key(),
         }

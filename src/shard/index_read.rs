@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::array::bad_layout;
 use super::index_cache::{CachedIndex, IndexKey};
-use super::{ShardError, ShardedArray};
+use super::{Corruption, ShardError, ShardedArray};
 use crate::store::{ByteRange, GetOptions, ObjectMeta};
 use crate::zarr::shard_index::ShardIndex;
 use crate::zarr::sharding::{IndexLocation, ShardLevel};
@@ -79,14 +79,14 @@ impl ShardedArray {
         if size < index_size || got_len < index_size {
             return Err(ShardError::corrupt(
                 shard_key,
-                format!("shard is {size} bytes, shorter than its {index_size}-byte index"),
+                Corruption::ShorterThanIndex { size, index_size },
             ));
         }
         let index_bytes = match level.index_location {
             IndexLocation::End => got.bytes.slice((got_len - index_size) as usize..),
             IndexLocation::Start => got.bytes.slice(..index_size as usize),
         };
-        let index = decode_index(shard_key, &index_bytes, level, 0, size)?;
+        let index = decode_index(shard_key, &[], &index_bytes, level, 0, size)?;
         // Cached even when only the index came: later misses on it reveal a walking reader.
         if let Some(cache) = &self.options.data_cache {
             cache.put(shard_key, &got.meta.version, got.offset, got.bytes.clone());
@@ -110,9 +110,10 @@ impl ShardedArray {
         }
         let index_size = level.index_size();
         if nbytes < index_size {
-            return Err(ShardError::corrupt(
+            return Err(ShardError::corrupt_at(
                 &key.shard,
-                format!("nested shard of {nbytes} bytes is shorter than its index"),
+                &key.sub,
+                Corruption::NestedShorterThanIndex { nbytes },
             ));
         }
         let index_offset = match level.index_location {
@@ -128,12 +129,13 @@ impl ShardedArray {
             .get(&key.shard, GetOptions::pinned(range, parent.version.clone()))
             .await?;
         let Some(got) = got.filter(|g| g.bytes.len() as u64 == index_size) else {
-            return Err(ShardError::corrupt(
+            return Err(ShardError::corrupt_at(
                 &key.shard,
-                "nested shard index lies past the end of the shard",
+                &key.sub,
+                Corruption::NestedIndexPastEnd,
             ));
         };
-        let (base, index) = decode_index(&key.shard, &got.bytes, level, offset, nbytes)?;
+        let (base, index) = decode_index(&key.shard, &key.sub, &got.bytes, level, offset, nbytes)?;
         let meta = ObjectMeta {
             size: parent.shard_size,
             version: parent.version.clone(),
@@ -150,6 +152,7 @@ impl ShardedArray {
 /// (sub-)shard and outside its index.
 fn decode_index(
     key: &str,
+    entry: &[u64],
     bytes: &[u8],
     level: &ShardLevel,
     start: u64,
@@ -157,6 +160,6 @@ fn decode_index(
 ) -> Result<(u64, ShardIndex), ShardError> {
     let index = level
         .decode_index(bytes, len)
-        .map_err(|e| ShardError::from_zarr(key, e))?;
+        .map_err(|e| ShardError::corrupt_at(key, entry, e))?;
     Ok((start, index))
 }

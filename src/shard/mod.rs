@@ -22,6 +22,6 @@ mod store_impl;
 
 pub use array::{ChunkLocation, ShardOptions, ShardedArray};
 pub use data_cache::DataCache;
-pub use error::ShardError;
+pub use error::{Corruption, ShardError};
 pub use index_cache::IndexCache;
 pub use stats::ShardStats;

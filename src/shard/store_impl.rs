@@ -2,8 +2,10 @@
 //!
 //! A chunk's version is its shard's version plus its offset, so two reads that agree on it saw
 //! the same bytes. Keys outside the chunk tree are not this store's: reads of them find
-//! nothing and listings leave them out (the view shows the underlying store for those).
-//! Writing comes with the write path; until then this store is read-only.
+//! nothing and listings leave them out (the view shows the underlying store for those), and
+//! writing them is an invalid key. Writes and erasures of chunk keys are packed into their
+//! shard by one conditional rewrite each, like the view's (which batches them per shard
+//! through [`ShardedArray::write_chunks`] instead).
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -42,6 +44,16 @@ impl ShardedArray {
             _ => None,
         }
     }
+
+    /// The coordinates of a chunk key that can be written: in the array's grid.
+    fn chunk_key(&self, key: &str) -> StoreResult<Vec<u64>> {
+        self.chunk_coords(key)
+            .filter(|c| self.in_grid(c))
+            .ok_or_else(|| StoreError::InvalidKey {
+                key: key.to_string(),
+                reason: "not a chunk key of this array's grid",
+            })
+    }
 }
 
 #[async_trait]
@@ -49,7 +61,7 @@ impl Store for ShardedArray {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             readable: true,
-            writable: false,
+            writable: true,
             listable: true,
             conditional_writes: false,
         }
@@ -80,12 +92,18 @@ impl Store for ShardedArray {
         Ok(self.locate(&coords).await.map_err(to_store)?.map(|loc| loc.meta()))
     }
 
-    async fn set(&self, _key: &str, _value: Bytes) -> StoreResult<Version> {
-        Err(StoreError::ReadOnly)
+    async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
+        let coords = self.chunk_key(key)?;
+        self.commit_one(&coords, Some(value)).await.map_err(to_store)?;
+        let loc = self.locate(&coords).await.map_err(to_store)?;
+        // Removed again before it could be located: another writer came in between.
+        loc.map(|l| l.meta().version)
+            .ok_or(StoreError::Conflict { key: key.to_string() })
     }
 
-    async fn erase(&self, _key: &str) -> StoreResult<()> {
-        Err(StoreError::ReadOnly)
+    async fn erase(&self, key: &str) -> StoreResult<()> {
+        let coords = self.chunk_key(key)?;
+        self.commit_one(&coords, None).await.map_err(to_store)
     }
 
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
