@@ -607,3 +607,47 @@ async fn arrays_that_cannot_be_unsharded_pass_through() {
         check_file(path, &tree.files[path], want);
     }
 }
+
+/// Index lookups counted by the view's shard statistics (hits and misses together).
+fn index_lookups(fs: &Fs) -> u64 {
+    let stats = fs.view().shard_stats().snapshot();
+    ["index_cache_hits", "index_cache_misses"]
+        .iter()
+        .map(|k| stats[*k].as_u64().unwrap())
+        .sum()
+}
+
+/// A chunk file is located when it is opened, and its reads go where it was found: no read
+/// consults a shard index again. A shard rewritten after the open is located afresh, so the
+/// reader gets the bytes of the new version, never a mix or an error.
+#[tokio::test]
+async fn reads_go_where_the_open_found_the_chunk() {
+    let h = sample_hierarchy();
+    let a = &h.arrays[0];
+    let store = h.memory_store();
+    let fs = fs_over(store.clone());
+    let dir = a.prefix.trim_end_matches('/');
+    let attr = resolve(&fs, &format!("{dir}/c/0/0")).await.unwrap();
+    let fh = fs.open(attr.ino, false, false).await.unwrap();
+    let before = index_lookups(&fs);
+    let whole = fs.read(fh, 0, 1 << 20).await.unwrap();
+    assert_eq!(whole.to_vec(), a.expected[&vec![0, 0]]);
+    for offset in [0, 1, 3] {
+        let part = fs.read(fh, offset, 2).await.unwrap();
+        assert_eq!(part.to_vec(), a.expected[&vec![0, 0]][offset as usize..][..2]);
+    }
+    assert_eq!(index_lookups(&fs), before, "a read looked the chunk up again");
+
+    // The shard is rewritten by another writer after this open: the next open's first read
+    // finds the location stale and reads the new version.
+    let fh = fs.open(attr.ino, false, false).await.unwrap();
+    let shard_key = a.shard_key(&a.spec.shard_of(&[0, 0]));
+    let mut chunks = a.expected.clone();
+    chunks.insert(vec![0, 0], b"rewritten".to_vec());
+    let rebuilt = a.spec.build(&a.prefix, &chunks);
+    store
+        .set(&shard_key, rebuilt.files[&shard_key].clone().into())
+        .await
+        .unwrap();
+    assert_eq!(fs.read(fh, 0, 1 << 20).await.unwrap().to_vec(), b"rewritten");
+}
