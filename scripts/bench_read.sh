@@ -5,7 +5,10 @@
 #   view    cp -r of the array from the mounted unsharded view
 #   native  cp -r of the same unsharded chunk files from the native filesystem
 #   ts      tensorstore reading the sharded array and writing an unsharded copy (re-encode)
-# Page caches are dropped before each timed run when possible.
+# Page caches are dropped before each cold run when possible. Then, view against native:
+#   warm      the same cp -r again with every cache kept (one untimed copy first)
+#   parallel  8 concurrent cp processes over the array's files (as `gsutil -m cp` would), cold
+#   find, ls -lR  over an array of 65,536 chunk files, warm
 #
 # Usage: scripts/bench_read.sh
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs)
@@ -46,6 +49,33 @@ copy_tree() { # SRC DST_PREFIX RUN
     rm -rf "$2.$3"
 }
 
+# time_warm CMD...: run CMD once untimed, then $RUNS times with every cache kept; the fastest.
+time_warm() {
+    local best="" run start end secs
+    "$@" 0
+    for run in $(seq 1 "$RUNS"); do
+        start=$(now)
+        "$@" "$run"
+        end=$(now)
+        secs=$(secs "$start" "$end")
+        if [ -z "$best" ] || awk -v s="$secs" -v b="$best" 'BEGIN { exit !(s < b) }'; then
+            best=$secs
+        fi
+    done
+    echo "$best"
+}
+
+copy_parallel() { # SRC DST_PREFIX RUN: 8 concurrent cp processes, 64 files each at a time
+    rm -rf "$2.$3"
+    mkdir -p "$2.$3"
+    (cd "$1" && find . -type d -print0 | (cd "$2.$3" && xargs -0 mkdir -p))
+    (cd "$1" && find . -type f -print0 | xargs -0 -P 8 -n 64 cp --parents -t "$2.$3")
+    rm -rf "$2.$3"
+}
+
+walk_find() { find "$1" > /dev/null; }      # DIR RUN
+walk_ls() { ls -lR "$1" > /dev/null; }      # DIR RUN
+
 tensorstore_reencode() { # SRC DST_PREFIX RUN
     rm -rf "$2.$3"
     "$PY" - "$1" "$2.$3" <<'EOF'
@@ -76,7 +106,7 @@ say "mounting $SRC on $MNT"
 RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$SRC" "$MNT" --log-file "$WORK/zarrfs.log"
 DAEMON_PIDS=$(pgrep -f -- "mount $SRC $MNT" || true)
 
-for size in "${SIZES[@]}"; do
+for size in "${SIZES[@]}" many; do
     say "native copy of bench/$size (cp -r from the view)"
     cp -r "$MNT/bench/$size" "$WORK/native/$size"
     if ! diff -rq "$MNT/bench/$size" "$WORK/native/$size" >/dev/null; then
@@ -86,6 +116,9 @@ done
 
 # -- timed runs
 printf "size\tfiles\tbytes\tview_s\tnative_s\tts_s\n" > "$RESULTS"
+RESULTS2="$WORK/results2.tsv"
+RESULTS3="$WORK/results3.tsv"
+printf "size\tfiles\tview_warm_s\tnative_warm_s\tview_par_s\tnative_par_s\n" > "$RESULTS2"
 for size in "${SIZES[@]}"; do
     files=$(find "$WORK/native/$size" -type f ! -name zarr.json | wc -l)
     bytes=$(find "$WORK/native/$size" -type f ! -name zarr.json -printf '%s\n' | awk '{s+=$1} END {print s+0}')
@@ -94,15 +127,30 @@ for size in "${SIZES[@]}"; do
     t_native=$(time_fastest copy_tree "$WORK/native/$size" "$WORK/out/native_$size")
     t_ts=$(time_fastest tensorstore_reencode "$SRC/bench/$size" "$WORK/out/ts_$size")
     printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$size" "$files" "$bytes" "$t_view" "$t_native" "$t_ts" >> "$RESULTS"
+    say "timing bench/$size: warm and parallel copies"
+    w_view=$(time_warm copy_tree "$MNT/bench/$size" "$WORK/out/view_$size")
+    w_native=$(time_warm copy_tree "$WORK/native/$size" "$WORK/out/native_$size")
+    p_view=$(time_fastest copy_parallel "$MNT/bench/$size" "$WORK/out/view_$size")
+    p_native=$(time_fastest copy_parallel "$WORK/native/$size" "$WORK/out/native_$size")
+    printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$size" "$files" "$w_view" "$w_native" "$p_view" "$p_native" >> "$RESULTS2"
+done
+files=$(find "$WORK/native/many" -type f | wc -l)
+say "timing find and ls -lR over bench/many ($files files), warm"
+printf "walk\tfiles\tview_s\tnative_s\n" > "$RESULTS3"
+for walk in find ls; do
+    t_view=$(time_warm "walk_$walk" "$MNT/bench/many")
+    t_native=$(time_warm "walk_$walk" "$WORK/native/many")
+    printf "%s\t%s\t%s\t%s\n" "$walk" "$files" "$t_view" "$t_native" >> "$RESULTS3"
 done
 
 # -- table
 [ "$CAN_DROP" = 1 ] && caches="dropped before each run" || caches="NOT dropped (no permission)"
 echo
 echo "zarrfs read benchmark: $("$BIN" --version 2>/dev/null | head -1) ($BIN), page caches $caches, fastest of $RUNS run(s)"
-"$PY" - "$RESULTS" <<'EOF'
+"$PY" - "$RESULTS" "$RESULTS2" "$RESULTS3" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+LABELS = {"small": "8 KiB", "large": "128 KiB", "small_zstd": "~8 KiB zstd", "large_zstd": "~128 KiB zstd"}
 head = ("inner chunks", "files", "MB", "view s", "view MB/s", "native s", "native MB/s",
         "tensorstore s", "ts MB/s", "view/native", "view/ts")
 print("  ".join(f"{h:>13s}" for h in head))
@@ -116,4 +164,20 @@ for r in rows:
     print("  ".join(f"{c:>13s}" for c in cells))
 print("view/native: speed of cp -r from the mount relative to cp -r of the same files on disk")
 print("view/ts: how many times faster cp -r from the mount is than a tensorstore re-encode")
+print()
+head = ("inner chunks", "files", "warm view s", "warm native s", "warm v/n", "8-par view s",
+        "8-par native s", "8-par v/n")
+print("  ".join(f"{h:>14s}" for h in head))
+for r in csv.DictReader(open(sys.argv[2]), delimiter="\t"):
+    wv, wn, pv, pn = (float(r[k]) for k in ("view_warm_s", "native_warm_s", "view_par_s", "native_par_s"))
+    cells = (LABELS[r["size"]], r["files"], f"{wv:.3f}", f"{wn:.3f}", f"{wn / wv:.2f}x",
+             f"{pv:.3f}", f"{pn:.3f}", f"{pn / pv:.2f}x")
+    print("  ".join(f"{c:>14s}" for c in cells))
+print("warm: cp -r again with all caches kept; 8-par: 8 concurrent cp processes, caches dropped;")
+print("v/n: speed from the mount relative to the same on the native filesystem")
+print()
+for r in csv.DictReader(open(sys.argv[3]), delimiter="\t"):
+    v, n = float(r["view_s"]), float(r["native_s"])
+    walk = {"find": "find", "ls": "ls -lR"}[r["walk"]]
+    print(f"{walk:>8s} over {r['files']} chunk files, warm: view {v:.3f} s, native {n:.3f} s, view/native {n / v:.2f}x")
 EOF

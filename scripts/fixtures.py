@@ -18,8 +18,9 @@ missing shards, 0-d to 4-d arrays, uint8/int16/float32/float64/complex/bool, inn
 blosc/zstd/gzip/bytes, `default` keys with `/` and `.` and `v2` keys with `.` and `/`, an array
 with no shard written, unsharded arrays, groups with attributes and non-Zarr files.
 
-The `bench` set holds two big uint8 arrays with `bytes`-only inner chunks of 8 KiB and 128 KiB
-(written by tensorstore, which is the fast writer) for scripts/bench_read.sh.
+The `bench` set holds big uint8 arrays with inner chunks of 8 KiB and 128 KiB (`bytes`-only and
+zstd), and one of 65,536 tiny inner chunks (for `find` and `ls -lR`), written by tensorstore
+(the fast writer), for scripts/bench_read.sh.
 """
 from __future__ import annotations
 
@@ -244,7 +245,10 @@ def bench_specs(scale: float) -> list[ArraySpec]:
     for spec in specs:
         shard_rows = spec.chunks[0]
         spec.shape = (math.ceil(spec.shape[0] / shard_rows) * shard_rows, spec.shape[1])
-    return specs
+    # Many tiny chunk files for `find` and `ls -lR` (not scaled): 65,536 files of 64 bytes.
+    many = ArraySpec("bench/many", TENSORSTORE, (2048, 2048), "uint8", (256, 256), [c_bytes()],
+                     [Level((8, 8), "end", True)], holes=0.0, notes="65,536 inner chunks of 64 B")
+    return specs + [many]
 
 
 # ---------------------------------------------------------------------------------------------

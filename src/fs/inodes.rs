@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::handles::{Sink, WriteFile};
+use crate::view::ContentId;
 
 pub const ROOT_INO: u64 = 1;
 
@@ -63,6 +64,8 @@ struct Inode {
     path: Arc<str>,
     lookups: u64,
     local: Option<Local>,
+    /// What the last reader to open it found (the kernel's cached pages hold these bytes).
+    content: Option<ContentId>,
 }
 
 #[derive(Debug)]
@@ -99,6 +102,7 @@ impl Tables {
             path: path.clone(),
             lookups: 0,
             local: None,
+            content: None,
         };
         self.by_ino.insert(ino, inode);
         self.by_path.insert(path, ino);
@@ -157,6 +161,7 @@ impl InodeTable {
             path: root.clone(),
             lookups: 1,
             local: None,
+            content: None,
         };
         by_ino.insert(ROOT_INO, inode);
         let mut by_path = HashMap::new();
@@ -230,6 +235,19 @@ impl InodeTable {
             t.by_path.insert(to_path, ino);
         }
         replaced
+    }
+
+    /// A reader opened `ino` and found `content`: whether the last reader found the same bytes
+    /// (so the kernel may keep the pages it cached of them). Remembers it; unknown content
+    /// never matches.
+    pub fn reopened(&self, ino: u64, content: Option<ContentId>) -> bool {
+        let mut t = self.lock();
+        let Some(inode) = t.by_ino.get_mut(&ino) else {
+            return false;
+        };
+        let same = content.is_some() && inode.content == content;
+        inode.content = content;
+        same
     }
 
     pub fn len(&self) -> usize {

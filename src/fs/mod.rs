@@ -80,6 +80,35 @@ pub enum FileKind {
     Dir,
 }
 
+/// An open file handle, and whether the kernel may keep its cached pages of the file.
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    pub fh: u64,
+    pub keep_cache: bool,
+}
+
+/// Requests that reached the filesystem, for the stats attribute (what the kernel's caches
+/// did not answer).
+#[derive(Debug, Default)]
+pub struct OpCounts {
+    opens: std::sync::atomic::AtomicU64,
+    reads: std::sync::atomic::AtomicU64,
+}
+
+impl OpCounts {
+    fn count(&self, counter: &std::sync::atomic::AtomicU64) {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        let mut out = serde_json::Map::new();
+        out.insert("fuse_opens".into(), load(&self.opens).into());
+        out.insert("fuse_reads".into(), load(&self.reads).into());
+        out
+    }
+}
+
 /// Attributes of a node as the kernel sees them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attr {
@@ -127,6 +156,7 @@ pub struct Fs {
     mounted_at: SystemTime,
     errors: ErrorLog,
     counters: Option<Arc<dyn Counters>>,
+    ops: OpCounts,
     writeback: Option<writeback::WriteBack>,
     budget: Arc<buffer::Budget>,
 }
@@ -164,6 +194,7 @@ impl Fs {
             mounted_at: SystemTime::now(),
             errors: ErrorLog::default(),
             counters: None,
+            ops: OpCounts::default(),
             writeback,
             budget,
         }
@@ -277,6 +308,25 @@ impl Fs {
 
     /// Open a file; `write` for any access mode that can write, `truncate` for O_TRUNC.
     pub async fn open(&self, ino: u64, write: bool, truncate: bool) -> FsResult<u64> {
+        Ok(self.open_file(ino, write, truncate).await?.fh)
+    }
+
+    /// Open a file, and say whether the kernel may keep what it cached of it: only a reader
+    /// that finds exactly the bytes the previous reader of this inode found (same shard
+    /// version and place for a chunk, same version for a stored file) keeps the pages; any
+    /// change, by anyone, and every open for writing, drops them.
+    pub async fn open_file(&self, ino: u64, write: bool, truncate: bool) -> FsResult<Opened> {
+        self.ops.count(&self.ops.opens);
+        let fh = self.open_handle(ino, write, truncate).await?;
+        let content = match self.files.get(fh).as_deref() {
+            Some(FileHandle::Read(file)) => file.node().content_id(),
+            _ => None,
+        };
+        let keep_cache = self.inodes.reopened(ino, content);
+        Ok(Opened { fh, keep_cache })
+    }
+
+    async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<u64> {
         let at = self.view.locate(&self.path_of(ino)?).await?;
         if write {
             return self.open_write(&at, truncate, true).await;
@@ -298,6 +348,7 @@ impl Fs {
     }
 
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Bytes> {
+        self.ops.count(&self.ops.reads);
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         match &*handle {
             FileHandle::Write(w) => self.read_writer(&w.file, offset, size).await,

@@ -16,6 +16,7 @@ impl Fs {
             let counters = self.counters.as_ref().ok_or(FsError::NoAttribute)?;
             let mut stats = counters.snapshot();
             stats.extend(self.view.shard_stats().snapshot());
+            stats.extend(self.ops.snapshot());
             return serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute);
         }
         if name != XATTR_SOURCE {

@@ -75,9 +75,14 @@ impl Filesystem for ZarrFuse {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let fs = self.fs.clone();
-        let request = async move { fs.open(ino.0, write, truncate).await };
-        self.answer(op("open", ino), reply, request, |r, fh| {
-            r.opened(FileHandle(fh), FopenFlags::empty())
+        let request = async move { fs.open_file(ino.0, write, truncate).await };
+        self.answer(op("open", ino), reply, request, |r, opened| {
+            let flags = if opened.keep_cache {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            };
+            r.opened(FileHandle(opened.fh), flags)
         });
     }
 

@@ -21,6 +21,7 @@ fn stored_node(prefix: &str, entry: &DirEntry) -> Node {
             mtime_ns: entry.mtime_ns,
             source: Source::Stored {
                 key: format!("{prefix}{}", entry.name),
+                version: None,
             },
         },
     }

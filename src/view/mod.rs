@@ -37,7 +37,7 @@ use nodes::{GroupNode, NodeCache};
 pub use open_file::{OpenFile, SNAPSHOT_LIMIT};
 pub use target::{Batch, Target};
 use types::Source;
-pub use types::{Node, ViewError, ViewMode, ViewOptions};
+pub use types::{ContentId, Node, ViewError, ViewMode, ViewOptions};
 pub use write::DirMade;
 
 /// The name of a node's metadata document.
@@ -154,7 +154,10 @@ impl View {
             return Ok(Some(Node::dir()));
         }
         if let Some(meta) = self.store.head(path).await? {
-            let source = Source::Stored { key: path.to_string() };
+            let source = Source::Stored {
+                key: path.to_string(),
+                version: Some(meta.version),
+            };
             return Ok(Some(Node {
                 size: meta.size,
                 mtime_ns: meta.mtime_ns,
@@ -174,7 +177,7 @@ impl View {
                 let (start, end) = ByteRange::Range { offset, length: len }.resolve(bytes.len() as u64);
                 return Ok(bytes.slice(start as usize..end as usize));
             }
-            Source::Stored { key } => {
+            Source::Stored { key, .. } => {
                 let range = GetOptions::range(ByteRange::Range { offset, length: len });
                 self.store.get(key, range).await?.map(|g| g.bytes)
             }
@@ -201,7 +204,7 @@ impl View {
 
     fn describe_key(&self, node: &Node) -> String {
         match &node.source {
-            Source::Stored { key } => key.clone(),
+            Source::Stored { key, .. } => key.clone(),
             // Chunk keys of the view are spelled like shard keys of the store.
             Source::Chunk { array, coords, .. } => array.shard_key(coords),
             Source::Rewritten { dir, .. } => format!("{}{METADATA}", dir_prefix(dir)),
@@ -214,7 +217,7 @@ impl View {
     pub async fn describe(&self, node: &Node) -> Result<Option<String>, ViewError> {
         Ok(Some(match &node.source {
             Source::Dir => return Ok(None),
-            Source::Stored { key } => format!("stored {key}"),
+            Source::Stored { key, .. } => format!("stored {key}"),
             Source::Rewritten { .. } => "rewritten metadata".to_string(),
             Source::Unstored => "being written".to_string(),
             Source::Chunk { array, coords, .. } => {

@@ -67,7 +67,7 @@ impl View {
     pub async fn read_open(&self, file: &OpenFile, offset: u64, len: u64) -> Result<Bytes, ViewError> {
         let node = &file.node;
         match &node.source {
-            Source::Stored { key } if self.read_ahead > 0 => {
+            Source::Stored { key, .. } if self.read_ahead > 0 => {
                 let target = read_ahead::Target {
                     store: &self.store,
                     key,

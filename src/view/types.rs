@@ -8,7 +8,7 @@ use bytes::Bytes;
 use thiserror::Error;
 
 use crate::shard::{ChunkLocation, ShardError, ShardedArray};
-use crate::store::StoreError;
+use crate::store::{StoreError, Version};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ViewMode {
@@ -83,10 +83,8 @@ pub enum ViewError {
 #[derive(Debug, Clone)]
 pub(super) enum Source {
     Dir,
-    /// A value of the underlying store, passed through.
-    Stored {
-        key: String,
-    },
+    /// A value of the underlying store, passed through (its version when it was looked up).
+    Stored { key: String, version: Option<Version> },
     /// Bytes the view made: the rewritten `zarr.json` of the node at `dir`.
     Rewritten {
         bytes: Bytes,
@@ -101,6 +99,10 @@ pub(super) enum Source {
     /// A file only the mount knows of (being written), listed with its size.
     Unstored,
 }
+
+/// Identifies the bytes of a file (see [`Node::content_id`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentId(String);
 
 /// A file or directory of the view, as found now: its size and time for attributes, and
 /// (opaque to callers) where its bytes come from.
@@ -131,6 +133,27 @@ impl Node {
             mtime_ns: None,
             source: Source::Unstored,
         }
+    }
+
+    /// What identifies the bytes of this file as confirmed when it was found: two nodes with
+    /// the same id hold the same bytes. `None` when unknown (directories, files only the mount
+    /// holds, nodes from listings, chunks not yet located afresh).
+    pub fn content_id(&self) -> Option<ContentId> {
+        let id = match &self.source {
+            Source::Stored { key, version } => format!("{key}@{}", version.as_ref()?.0),
+            Source::Chunk { at, .. } => {
+                let loc = at.as_ref()?;
+                format!("{}@{}:{}+{}", loc.shard_key, loc.version.0, loc.offset, loc.nbytes)
+            }
+            Source::Rewritten { bytes, dir } => {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                bytes.hash(&mut hasher);
+                format!("{dir}/zarr.json#{}:{:016x}", bytes.len(), hasher.finish())
+            }
+            Source::Dir | Source::Unstored => return None,
+        };
+        Some(ContentId(id))
     }
 
     pub(super) fn rewritten(bytes: Bytes, dir: &str, mtime_ns: Option<i128>) -> Self {

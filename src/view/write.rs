@@ -72,7 +72,7 @@ impl View {
         match &node.source {
             Source::Dir => Err(ViewError::IsADirectory),
             Source::Chunk { array, coords, .. } => Ok(array.write_chunk(coords, None).await?),
-            Source::Stored { key } => Ok(self.store.erase(key).await?),
+            Source::Stored { key, .. } => Ok(self.store.erase(key).await?),
             Source::Rewritten { dir, .. } => {
                 self.store.erase(&format!("{}{METADATA}", dir_prefix(dir))).await?;
                 self.nodes.forget(dir);
@@ -95,8 +95,8 @@ impl View {
                 self.commit(to, data).await?;
                 self.remove(node).await
             }
-            (Source::Stored { key }, Dest::Stored { key: dest }) => Ok(self.store.rename(key, dest).await?),
-            (Source::Stored { key }, Dest::Chunk { .. } | Dest::ArrayDoc(_) | Dest::NodeDoc { .. }) => {
+            (Source::Stored { key, .. }, Dest::Stored { key: dest }) => Ok(self.store.rename(key, dest).await?),
+            (Source::Stored { key, .. }, Dest::Chunk { .. } | Dest::ArrayDoc(_) | Dest::NodeDoc { .. }) => {
                 let data = self.read(node, 0, u64::MAX).await?;
                 self.commit(to, data).await?;
                 Ok(self.store.erase(key).await?)

@@ -1,0 +1,72 @@
+"""The kernel's page cache across opens (FOPEN_KEEP_CACHE): a file reopened whose bytes are
+exactly those the previous reader found (same shard version and place) is served from the
+kernel's cached pages, with no READ reaching the daemon; any change, by another mount or by a
+writer of the source, drops them, and the view follows within the metadata TTL."""
+import os
+import time
+
+import numpy as np
+
+import shardindex as si
+from writing import build, delta, mount_writable, payload_spec, stats
+
+TTL_WAIT = 1.5  # seconds: past the default metadata TTL (1 s) and the kernel's attribute TTL
+
+
+def read_whole(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_a_warm_reread_of_an_unchanged_chunk_sends_no_read(view, tree):
+    entry = next(e for e in tree.arrays("sharded") if e["path"].startswith("zp/"))
+    layout = si.load_layout(tree.root / entry["path"])
+    key, data = sorted(si.expected_chunk_files(layout).items())[0]
+    path = view.path(f"{entry['path']}/{key}")
+    assert read_whole(path) == data
+    before = stats(view)
+    for _ in range(3):
+        assert read_whole(path) == data
+    d = delta(before, stats(view))
+    assert d["fuse_opens"] == 3, d
+    assert d["fuse_reads"] == 0, f"a warm re-read reached the daemon: {d}"
+
+
+def test_a_chunk_changed_by_another_mount_is_read_afresh(mounter, tmp_path):
+    spec = payload_spec("arr", shape=(8, 8), shard=(8, 8))
+    root = tmp_path / "src"
+    build(root, [spec])
+    reader, writer = mount_writable(mounter, root), mount_writable(mounter, root)
+    key = si.chunk_key((0, 0), spec.cke)
+    for m in (reader, writer):
+        os.makedirs(m.path(f"arr/{os.path.dirname(key)}"), exist_ok=True)
+    writer.path(f"arr/{key}").write_bytes(b"A" * 16)
+    time.sleep(TTL_WAIT)
+    assert read_whole(reader.path(f"arr/{key}")) == b"A" * 16
+    assert read_whole(reader.path(f"arr/{key}")) == b"A" * 16  # kept: same bytes
+    writer.path(f"arr/{key}").write_bytes(b"B" * 16)
+    time.sleep(TTL_WAIT)
+    before = stats(reader)
+    assert read_whole(reader.path(f"arr/{key}")) == b"B" * 16, "stale pages served"
+    assert delta(before, stats(reader))["fuse_reads"] >= 1
+
+
+def test_a_chunk_rewritten_in_the_source_is_read_afresh(mounter, tmp_path):
+    import zarr
+    import fixtures as fx
+    root = tmp_path / "src"
+    root.mkdir()
+    data = np.arange(32 * 32, dtype="int16").reshape(32, 32)
+    spec = fx.ArraySpec("a", fx.ZARR_PY, data.shape, "int16", (16, 16), [fx.c_bytes()],
+                        [fx.Level((4, 4), "end")], holes=0.0)
+    fx.write_zarr_python(root, spec, data)
+    m = mounter(root)
+    layout = si.load_layout(root / "a")
+    key, first = sorted(si.expected_chunk_files(layout).items())[0]
+    assert read_whole(m.path(f"a/{key}")) == first
+    assert read_whole(m.path(f"a/{key}")) == first
+    zarr.open_array(str(root / "a"), mode="r+")[...] = data + 1  # same sizes, new bytes
+    second = si.expected_chunk_files(si.load_layout(root / "a"))[key]
+    assert second != first
+    time.sleep(TTL_WAIT)
+    assert read_whole(m.path(f"a/{key}")) == second, "stale pages served after the TTL"
