@@ -50,10 +50,13 @@ copy_tree() { # SRC DST_PREFIX RUN
 }
 
 # time_warm CMD...: run CMD once untimed, then $RUNS times with every cache kept; the fastest.
+# Dirty pages of earlier copies are written out before each run (as drop_caches does for the
+# cold runs), so a run does not pay for the previous one's writes.
 time_warm() {
     local best="" run start end secs
     "$@" 0
     for run in $(seq 1 "$RUNS"); do
+        sync
         start=$(now)
         "$@" "$run"
         end=$(now)

@@ -82,6 +82,16 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
             n("shard_commits"),
             n("commit_conflicts")
         ),
+        format!(
+            "kernel requests {} lookup, {} getattr, {} open, {} read, {} readdir, {} getxattr \
+             (what the kernel's caches did not answer)",
+            n("fuse_lookups"),
+            n("fuse_getattrs"),
+            n("fuse_opens"),
+            n("fuse_reads"),
+            n("fuse_readdirs"),
+            n("fuse_getxattrs")
+        ),
     ];
     lines.join("\n") + "\n"
 }
@@ -118,6 +128,7 @@ mod tests {
         assert!(text.contains("4 hits, 1 misses (80% hits)"), "{text}");
         assert!(text.contains("shard cache     unused"), "{text}");
         assert!(text.contains("2 shard commits, 0 conflicts"), "{text}");
+        assert!(text.contains("kernel requests 0 lookup, 0 getattr, 0 open, 0 read"), "{text}");
         assert_eq!(bytes(0), "0 B");
         assert_eq!(bytes(3 << 30), "3.0 GiB");
     }

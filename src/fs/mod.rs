@@ -91,8 +91,12 @@ pub struct Opened {
 /// did not answer).
 #[derive(Debug, Default)]
 pub struct OpCounts {
+    lookups: std::sync::atomic::AtomicU64,
+    getattrs: std::sync::atomic::AtomicU64,
     opens: std::sync::atomic::AtomicU64,
     reads: std::sync::atomic::AtomicU64,
+    readdirs: std::sync::atomic::AtomicU64,
+    getxattrs: std::sync::atomic::AtomicU64,
 }
 
 impl OpCounts {
@@ -103,8 +107,16 @@ impl OpCounts {
     fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
         let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
         let mut out = serde_json::Map::new();
-        out.insert("fuse_opens".into(), load(&self.opens).into());
-        out.insert("fuse_reads".into(), load(&self.reads).into());
+        for (name, counter) in [
+            ("fuse_lookups", &self.lookups),
+            ("fuse_getattrs", &self.getattrs),
+            ("fuse_opens", &self.opens),
+            ("fuse_reads", &self.reads),
+            ("fuse_readdirs", &self.readdirs),
+            ("fuse_getxattrs", &self.getxattrs),
+        ] {
+            out.insert(name.into(), load(counter).into());
+        }
         out
     }
 }
@@ -270,6 +282,7 @@ impl Fs {
 
     /// Look a name up in a directory; counts one kernel lookup of the returned inode.
     pub async fn lookup(&self, parent: u64, name: &str) -> FsResult<Attr> {
+        self.ops.count(&self.ops.lookups);
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
         let at = self.view.locate(&path).await?;
@@ -298,6 +311,7 @@ impl Fs {
     }
 
     pub async fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        self.ops.count(&self.ops.getattrs);
         let at = self.view.locate(&self.path_of(ino)?).await?;
         if let Some(attr) = self.local_attr(ino, &at).await {
             return Ok(attr);

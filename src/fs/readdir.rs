@@ -66,36 +66,21 @@ impl Fs {
 
     /// Entries from `offset` on: `.` and `..` first, then the listing.
     pub fn readdir(&self, ino: u64, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
+        Ok(self.dir_items(ino, fh, offset)?.collect())
+    }
+
+    /// Entries from `offset` on, made one by one as they are taken: a reply takes as many as
+    /// fit in the kernel's buffer, so a directory read in many calls costs each entry once,
+    /// not once per call.
+    pub fn dir_items(&self, ino: u64, fh: u64, offset: u64) -> FsResult<DirItems> {
+        self.ops.count(&self.ops.readdirs);
         let handle = self.dirs.get(fh).ok_or(FsError::BadHandle)?;
-        let parent = parent_path(&handle.path);
-        let parent_ino = self.inodes.peek(parent).unwrap_or(ROOT_INO);
-        let dot = |name: &str, path: &str, ino| DirItem {
-            name: name.to_string(),
-            path: path.to_string(),
-            offset: 0,
-            node: None,
-            kind: FileKind::Dir,
-            ino: Some(ino),
-        };
-        let dots = [dot(".", &handle.path, ino), dot("..", parent, parent_ino)];
-        let entries = handle.entries.iter().map(|(name, node)| DirItem {
-            name: name.clone(),
-            path: child_path(&handle.path, name),
-            offset: 0,
-            kind: if node.is_dir() { FileKind::Dir } else { FileKind::File },
-            node: Some(node.clone()),
-            ino: None,
-        });
-        Ok(dots
-            .into_iter()
-            .chain(entries)
-            .enumerate()
-            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
-            .map(|(i, mut item)| {
-                item.offset = i as u64 + 1;
-                item
-            })
-            .collect())
+        let parent_ino = self.inodes.peek(parent_path(&handle.path)).unwrap_or(ROOT_INO);
+        Ok(DirItems {
+            handle,
+            dots: [ino, parent_ino],
+            next: usize::try_from(offset).unwrap_or(usize::MAX),
+        })
     }
 
     /// The inode number of a listed entry. With `count` (readdirplus hands the kernel an
@@ -118,5 +103,54 @@ impl Fs {
 
     pub fn releasedir(&self, fh: u64) {
         self.dirs.remove(fh);
+    }
+}
+
+/// The entries of an open directory from some offset on (see [`Fs::dir_items`]).
+#[derive(Debug)]
+pub struct DirItems {
+    handle: std::sync::Arc<DirHandle>,
+    /// The inodes of `.` and `..`.
+    dots: [u64; 2],
+    /// Position of the next entry: 0 and 1 are `.` and `..`, then the listing.
+    next: usize,
+}
+
+impl Iterator for DirItems {
+    type Item = DirItem;
+
+    fn next(&mut self) -> Option<DirItem> {
+        let i = self.next;
+        let path = &self.handle.path;
+        let item = match i {
+            0 | 1 => DirItem {
+                name: [".", ".."][i].to_string(),
+                path: if i == 0 {
+                    path.to_string()
+                } else {
+                    parent_path(path).to_string()
+                },
+                offset: 0,
+                node: None,
+                kind: FileKind::Dir,
+                ino: Some(self.dots[i]),
+            },
+            _ => {
+                let (name, node) = self.handle.entries.get(i - 2)?;
+                DirItem {
+                    name: name.clone(),
+                    path: child_path(path, name),
+                    offset: 0,
+                    kind: if node.is_dir() { FileKind::Dir } else { FileKind::File },
+                    node: Some(node.clone()),
+                    ino: None,
+                }
+            }
+        };
+        self.next = i.saturating_add(1);
+        Some(DirItem {
+            offset: i as u64 + 1,
+            ..item
+        })
     }
 }

@@ -12,6 +12,7 @@ impl Fs {
     }
 
     pub async fn getxattr(&self, ino: u64, name: &str) -> FsResult<Vec<u8>> {
+        self.ops.count(&self.ops.getxattrs);
         if name == XATTR_STATS && ino == ROOT_INO {
             let counters = self.counters.as_ref().ok_or(FsError::NoAttribute)?;
             let mut stats = counters.snapshot();

@@ -147,7 +147,7 @@ impl Filesystem for ZarrFuse {
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
         let _span = op("readdir", ino).fh(fh).span().entered();
-        match self.fs.readdir(ino.0, fh.0, offset) {
+        match self.fs.dir_items(ino.0, fh.0, offset) {
             Ok(items) => reply::directory(&self.fs, reply, items),
             Err(e) => {
                 self.fs.fail("readdir", ino.0, &e);
@@ -158,7 +158,7 @@ impl Filesystem for ZarrFuse {
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
         let _span = op("readdirplus", ino).fh(fh).span().entered();
-        match self.fs.readdir(ino.0, fh.0, offset) {
+        match self.fs.dir_items(ino.0, fh.0, offset) {
             Ok(items) => reply::directory_plus(&self.fs, reply, &self.ttl(), items),
             Err(e) => {
                 self.fs.fail("readdirplus", ino.0, &e);

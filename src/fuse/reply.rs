@@ -86,7 +86,7 @@ pub fn xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
 }
 
 /// Fill a directory reply with `items` as far as they fit.
-pub fn directory(fs: &Fs, mut reply: ReplyDirectory, items: Vec<DirItem>) {
+pub fn directory(fs: &Fs, mut reply: ReplyDirectory, items: impl Iterator<Item = DirItem>) {
     for item in items {
         let child = fs.entry_ino(&item, false);
         if reply.add(INodeNo(child), item.offset, file_type(item.kind), &item.name) {
@@ -98,7 +98,7 @@ pub fn directory(fs: &Fs, mut reply: ReplyDirectory, items: Vec<DirItem>) {
 
 /// Fill a plus directory reply (entries with their attributes, each a counted lookup) with
 /// `items` as far as they fit.
-pub fn directory_plus(fs: &Fs, mut reply: ReplyDirectoryPlus, ttl: &Duration, items: Vec<DirItem>) {
+pub fn directory_plus(fs: &Fs, mut reply: ReplyDirectoryPlus, ttl: &Duration, items: impl Iterator<Item = DirItem>) {
     for item in items {
         let child = fs.entry_ino(&item, true);
         let attr = match &item.node {

@@ -84,7 +84,10 @@ pub enum ViewError {
 pub(super) enum Source {
     Dir,
     /// A value of the underlying store, passed through (its version when it was looked up).
-    Stored { key: String, version: Option<Version> },
+    Stored {
+        key: String,
+        version: Option<Version>,
+    },
     /// Bytes the view made: the rewritten `zarr.json` of the node at `dir`.
     Rewritten {
         bytes: Bytes,
