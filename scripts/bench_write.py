@@ -115,33 +115,64 @@ def cmd_stats(args) -> int:
     return 0
 
 
+def cmd_durable_copy(args) -> int:
+    """Copy a tree the way a durable writer would: every file written, fsynced and closed,
+    then its directory fsynced. Prints the seconds it took."""
+    src, dst = Path(args.src), Path(args.dst)
+    start = time.perf_counter()
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = Path(dirpath).relative_to(src)
+        out_dir = dst / rel
+        out_dir.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for name in sorted(filenames):
+                data = (Path(dirpath) / name).read_bytes()
+                fd = os.open(out_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    print(f"{time.perf_counter() - start:.3f}")
+    return 0
+
+
 def cmd_table(args) -> int:
     rows = list(csv.DictReader(open(args.results), delimiter="\t"))
     head = ("inner chunks", "writer", "MB", "cp s", "commit s", "seconds", "MB/s", "set MB",
-            "stored MB", "write amp", "shard writes", "shards", "unmount s", "vs ts")
-    widths = (12, 16, 7, 7, 8, 8, 6, 8, 9, 9, 12, 6, 9, 7)
+            "stored MB", "write amp", "shard writes", "shards", "unmount s", "vs ts", "vs native",
+            "vs durable")
+    widths = (12, 16, 7, 7, 8, 8, 6, 8, 9, 9, 12, 6, 9, 7, 9, 10)
     print("  ".join(f"{h:>{w}s}" for h, w in zip(head, widths)))
     for size in SIZES:
         sub = [r for r in rows if r["size"] == size]
-        ts_rows = [r for r in sub if r["writer"] == "tensorstore"]
-        t_ts = float(ts_rows[0]["seconds"]) if ts_rows else None
+        by_writer = {r["writer"]: float(r["seconds"]) for r in sub}
+        t_ts, t_native, t_durable = (by_writer.get(w) for w in ("tensorstore", "native", "native-durable"))
         for r in sub:
             mb = int(r["bytes"]) / 1e6
             secs = float(r["seconds"])
             stored = int(r["stored_bytes"])
             is_ts = r["writer"] == "tensorstore"
+            is_view = r["writer"] in ("default", "write-back")
+            ratio = lambda other: "-" if other is None or not is_view else f"{other / secs:.2f}x"
             cells = (
                 LABELS[size], r["writer"], f"{mb:.1f}",
                 "-" if is_ts else f"{float(r['cp_s']):.2f}",
                 "-" if is_ts else f"{float(r['commit_s']):.2f}",
                 f"{secs:.2f}", f"{mb / secs:.1f}",
-                "-" if is_ts else f"{int(r['set_bytes']) / 1e6:.1f}",
+                f"{int(r['set_bytes']) / 1e6:.1f}" if is_view else "-",
                 f"{stored / 1e6:.1f}",
-                "-" if is_ts else f"{int(r['set_bytes']) / stored:.2f}",
-                "-" if is_ts else r["sets"],
+                f"{int(r['set_bytes']) / stored:.2f}" if is_view else "-",
+                r["sets"] if is_view else "-",
                 r["shards"],
-                "-" if is_ts else f"{float(r['unmount_s']):.2f}",
+                f"{float(r['unmount_s']):.2f}" if is_view else "-",
                 "1.00x" if is_ts else ("-" if t_ts is None else f"{secs / t_ts:.2f}x"),
+                ratio(t_native),
+                ratio(t_durable),
             )
             print("  ".join(f"{c:>{w}s}" for c, w in zip(cells, widths)))
     return 0
@@ -167,6 +198,10 @@ def main(argv=None) -> int:
     p = sub.add_parser("stats")
     p.add_argument("mountpoint")
     p.set_defaults(func=cmd_stats)
+    p = sub.add_parser("durable-copy")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.set_defaults(func=cmd_durable_copy)
     p = sub.add_parser("table")
     p.add_argument("results")
     p.set_defaults(func=cmd_table)

@@ -6,6 +6,10 @@
 #   write-back  the same with --write-back-delay $WB_DELAY: shards are rewritten when complete,
 #               when their oldest pending chunk has waited the delay, and on fsync
 #   tensorstore tensorstore writing the same sharded array from a numpy array in memory
+#   native      cp -r of the unsharded copy to the native filesystem, then `sync -f` (commit s)
+#   native-durable  the same files copied durably the way the default mode makes each close():
+#               every file written, fsynced and closed, then its directory fsynced
+# vs native / vs durable: the native row's seconds / the view row's (>1: the view is faster).
 # The unsharded copy is a cp -r from a (read-only) view of the array fully written by
 # tensorstore, so its zarr.json is exactly the view's and writing it back changes nothing.
 #
@@ -147,6 +151,31 @@ ts_run() {
     rm -rf "$dst"
 }
 
+# native_run SIZE KIND RUN: the unsharded copy to the native filesystem (KIND native: cp -r then
+# sync -f; native-durable: each file and its directory fsynced); result row to $ROW.
+native_run() {
+    local size="$1" kind="$2" run="$3"
+    local dst="$WORK/native/$kind.$size.$run" t0 t1 t2
+    rm -rf "$dst"; mkdir -p "$WORK/native"
+    drop_caches
+    if [ "$kind" = native ]; then
+        t0=$(now)
+        cp -r "$WORK/unsharded/$size" "$dst"
+        t1=$(now)
+        sync -f "$dst"
+        t2=$(now)
+        printf "%s\t%s\t%s\t%s\t%s\t%s\t-\t-\t%s\t%s\t-\n" "$size" "$kind" "${BYTES[$size]}" \
+            "$(secs "$t0" "$t1")" "$(secs "$t1" "$t2")" "$(secs "$t0" "$t2")" \
+            "$(shard_bytes "$dst")" "$(shard_count "$dst")" > "$ROW"
+    else
+        t0=$("$PY" "$HELPER" durable-copy "$WORK/unsharded/$size" "$dst")
+        printf "%s\t%s\t%s\t%s\t0\t%s\t-\t-\t%s\t%s\t-\n" "$size" "$kind" "${BYTES[$size]}" \
+            "$t0" "$t0" "$(shard_bytes "$dst")" "$(shard_count "$dst")" > "$ROW"
+    fi
+    diff -rq "$WORK/unsharded/$size" "$dst" > /dev/null || die "$kind bench/$size: the copy differs"
+    rm -rf "$dst"
+}
+
 # fastest CMD...: run CMD $RUNS times (run number appended); print the row with the least seconds.
 fastest() {
     local best="" row run
@@ -190,6 +219,10 @@ for size in "${SIZES[@]}"; do
     done
     say "  tensorstore: write from memory"
     fastest ts_run "$size" >> "$RESULTS"
+    for kind in native native-durable; do
+        say "  $kind: the unsharded copy to the native filesystem"
+        fastest native_run "$size" "$kind" >> "$RESULTS"
+    done
 done
 
 # -- table
