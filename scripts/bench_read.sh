@@ -6,7 +6,8 @@
 #   native  cp -r of the same unsharded chunk files from the native filesystem
 #   ts      tensorstore reading the sharded array and writing an unsharded copy (re-encode)
 # Page caches are dropped before each cold run when possible. Then, view against native:
-#   warm      the same cp -r again with every cache kept (one untimed copy first)
+#   warm      the same cp -r again with every cache kept (one untimed copy first), from the default
+#             (writable) mount and from a --read-only one
 #   parallel  8 concurrent cp processes over the array's files (as `gsutil -m cp` would), cold
 #   find, ls -lR  over an array of 65,536 chunk files, warm
 #
@@ -109,12 +110,17 @@ SRC="$WORK/fx/root"
 OUT="$WORK/out"
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then
     OUT="$(mktemp -d /dev/shm/zarrfs-bench-out.XXXXXX)"
-    trap 'rm -rf "$OUT"; cleanup' EXIT
 fi
 mkdir -p "$MNT" "$WORK/native" "$OUT"
 say "mounting $SRC on $MNT"
 RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$SRC" "$MNT" --log-file "$WORK/zarrfs.log"
 DAEMON_PIDS=$(pgrep -f -- "mount $SRC $MNT" || true)
+# A second, read-only mount of the same source: the kernel reads its files without opening them.
+MNT_RO="$WORK/mnt-ro"
+mkdir -p "$MNT_RO"
+RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$SRC" "$MNT_RO" --read-only --log-file "$WORK/zarrfs-ro.log"
+DAEMON_PIDS="$DAEMON_PIDS $(pgrep -f -- "mount $SRC $MNT_RO" || true)"
+trap 'fusermount3 -u "$MNT_RO" 2>/dev/null || umount -l "$MNT_RO" 2>/dev/null || true; rm -rf "$OUT"; cleanup' EXIT
 
 for size in "${SIZES[@]}" many; do
     say "native copy of bench/$size (cp -r from the view)"
@@ -128,7 +134,7 @@ done
 printf "size\tfiles\tbytes\tview_s\tnative_s\tts_s\n" > "$RESULTS"
 RESULTS2="$WORK/results2.tsv"
 RESULTS3="$WORK/results3.tsv"
-printf "size\tfiles\tview_warm_s\tnative_warm_s\tview_par_s\tnative_par_s\n" > "$RESULTS2"
+printf "size\tfiles\tview_warm_s\tro_warm_s\tnative_warm_s\tview_par_s\tnative_par_s\n" > "$RESULTS2"
 for size in "${SIZES[@]}"; do
     files=$(find "$WORK/native/$size" -type f ! -name zarr.json | wc -l)
     bytes=$(find "$WORK/native/$size" -type f ! -name zarr.json -printf '%s\n' | awk '{s+=$1} END {print s+0}')
@@ -139,10 +145,11 @@ for size in "${SIZES[@]}"; do
     printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$size" "$files" "$bytes" "$t_view" "$t_native" "$t_ts" >> "$RESULTS"
     say "timing bench/$size: warm and parallel copies"
     w_view=$(time_warm copy_tree "$MNT/bench/$size" "$OUT/view_$size")
+    w_ro=$(time_warm copy_tree "$MNT_RO/bench/$size" "$OUT/ro_$size")
     w_native=$(time_warm copy_tree "$WORK/native/$size" "$OUT/native_$size")
     p_view=$(time_fastest copy_parallel "$MNT/bench/$size" "$OUT/view_$size")
     p_native=$(time_fastest copy_parallel "$WORK/native/$size" "$OUT/native_$size")
-    printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$size" "$files" "$w_view" "$w_native" "$p_view" "$p_native" >> "$RESULTS2"
+    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$size" "$files" "$w_view" "$w_ro" "$w_native" "$p_view" "$p_native" >> "$RESULTS2"
 done
 files=$(find "$WORK/native/many" -type f | wc -l)
 say "timing find and ls -lR over bench/many ($files files), warm"
@@ -175,15 +182,17 @@ for r in rows:
 print("view/native: speed of cp -r from the mount relative to cp -r of the same files on disk")
 print("view/ts: how many times faster cp -r from the mount is than a tensorstore re-encode")
 print()
-head = ("inner chunks", "files", "warm view s", "warm native s", "warm v/n", "8-par view s",
-        "8-par native s", "8-par v/n")
+head = ("inner chunks", "files", "warm view s", "warm ro s", "warm native s", "warm v/n",
+        "warm ro/n", "8-par view s", "8-par native s", "8-par v/n")
 print("  ".join(f"{h:>14s}" for h in head))
 for r in csv.DictReader(open(sys.argv[2]), delimiter="\t"):
-    wv, wn, pv, pn = (float(r[k]) for k in ("view_warm_s", "native_warm_s", "view_par_s", "native_par_s"))
-    cells = (LABELS[r["size"]], r["files"], f"{wv:.3f}", f"{wn:.3f}", f"{wn / wv:.2f}x",
-             f"{pv:.3f}", f"{pn:.3f}", f"{pn / pv:.2f}x")
+    wv, wr, wn, pv, pn = (float(r[k]) for k in ("view_warm_s", "ro_warm_s", "native_warm_s",
+                                                 "view_par_s", "native_par_s"))
+    cells = (LABELS[r["size"]], r["files"], f"{wv:.3f}", f"{wr:.3f}", f"{wn:.3f}", f"{wn / wv:.2f}x",
+             f"{wn / wr:.2f}x", f"{pv:.3f}", f"{pn:.3f}", f"{pn / pv:.2f}x")
     print("  ".join(f"{c:>14s}" for c in cells))
-print("warm: cp -r again with all caches kept; 8-par: 8 concurrent cp processes, caches dropped;")
+print("warm: cp -r again with all caches kept (view: the default, writable mount; ro: a --read-only")
+print("mount, where the kernel reads files without opening them); 8-par: 8 concurrent cp, cold;")
 print("v/n: speed from the mount relative to the same on the native filesystem")
 print()
 for r in csv.DictReader(open(sys.argv[3]), delimiter="\t"):

@@ -277,6 +277,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         settings.metadata_ttl.max(Duration::from_millis(100)),
     );
     fs_config.writable = settings.writable;
+    fs_config.no_open = !settings.writable && !remote;
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
     let counters = StoreCounters { store: counters, wire };

@@ -128,7 +128,10 @@ mod tests {
         assert!(text.contains("4 hits, 1 misses (80% hits)"), "{text}");
         assert!(text.contains("shard cache     unused"), "{text}");
         assert!(text.contains("2 shard commits, 0 conflicts"), "{text}");
-        assert!(text.contains("kernel requests 0 lookup, 0 getattr, 0 open, 0 read"), "{text}");
+        assert!(
+            text.contains("kernel requests 0 lookup, 0 getattr, 0 open, 0 read"),
+            "{text}"
+        );
         assert_eq!(bytes(0), "0 B");
         assert_eq!(bytes(3 << 30), "3.0 GiB");
     }

@@ -15,6 +15,7 @@ pub mod inodes;
 mod overlay;
 mod readdir;
 mod rename;
+mod unopened;
 mod write;
 pub mod writeback;
 mod xattr;
@@ -50,6 +51,11 @@ pub struct FsConfig {
     pub attr_ttl: Duration,
     /// Whether mutations are allowed.
     pub writable: bool,
+    /// Files are read without being opened (read-only mounts of sources whose versions show
+    /// in modification times, i.e. local ones): the kernel then sends no OPEN or RELEASE, keeps
+    /// every file's pages, and drops them when a file's size or time changes (see
+    /// [`unopened`]).
+    pub no_open: bool,
     /// Largest file that may be written through the mount (held in memory until committed).
     pub max_file_size: usize,
     /// Opt-in write-back: how long closed chunk files may wait before their shard is committed.
@@ -66,6 +72,7 @@ impl FsConfig {
             gid,
             attr_ttl,
             writable: false,
+            no_open: false,
             max_file_size: 1 << 30,
             write_back_delay: None,
             write_buffer_bytes: 256 << 20,
@@ -169,6 +176,8 @@ pub struct Fs {
     errors: ErrorLog,
     counters: Option<Arc<dyn Counters>>,
     ops: OpCounts,
+    /// Whole chunks read without a handle, for the later reads of the same file.
+    unopened: unopened::Snapshots,
     writeback: Option<writeback::WriteBack>,
     budget: Arc<buffer::Budget>,
 }
@@ -207,6 +216,7 @@ impl Fs {
             errors: ErrorLog::default(),
             counters: None,
             ops: OpCounts::default(),
+            unopened: unopened::Snapshots::default(),
             writeback,
             budget,
         }
@@ -359,6 +369,16 @@ impl Fs {
             None if self.inodes.is_local_dir(at.path()) => Err(FsError::IsADirectory),
             None => Err(FsError::NotFound),
         }
+    }
+
+    /// Read through a handle; handle 0 (none: the kernel does not open files, see
+    /// [`FsConfig::no_open`]) reads inode `ino` directly.
+    pub async fn read_file(&self, ino: u64, fh: u64, offset: u64, size: u32) -> FsResult<Bytes> {
+        if fh == unopened::NO_HANDLE {
+            self.ops.count(&self.ops.reads);
+            return self.read_unopened(ino, offset, size).await;
+        }
+        self.read(fh, offset, size).await
     }
 
     pub async fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Bytes> {

@@ -24,11 +24,13 @@ const MAX_BACKGROUND: u16 = 64;
 pub struct ZarrFuse {
     pub(super) fs: Arc<Fs>,
     pub(super) rt: Handle,
+    /// The kernel agreed to read files without opening them (see `FsConfig::no_open`).
+    no_open: bool,
 }
 
 impl ZarrFuse {
     pub fn new(fs: Arc<Fs>, rt: Handle) -> Self {
-        ZarrFuse { fs, rt }
+        ZarrFuse { fs, rt, no_open: false }
     }
 
     fn ttl(&self) -> Duration {
@@ -43,6 +45,15 @@ impl Filesystem for ZarrFuse {
         // O_TRUNC arrives with OPEN instead of as a separate SETATTR.
         let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         let _ = config.set_max_background(MAX_BACKGROUND);
+        if self.fs.config().no_open && !self.fs.config().writable {
+            // Both or neither: without dropping pages whose file changed, keeping them across
+            // opens would serve stale data.
+            let flags = InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_AUTO_INVAL_DATA;
+            match config.add_capabilities(flags) {
+                Ok(()) => self.no_open = true,
+                Err(missing) => tracing::info!(?missing, "the kernel opens every file (no zero-message opens)"),
+            }
+        }
         Ok(())
     }
 
@@ -73,6 +84,10 @@ impl Filesystem for ZarrFuse {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        if self.no_open && !write {
+            // The kernel takes ENOSYS as "open every file without asking" from now on.
+            return reply.fail(&FsError::NotImplemented);
+        }
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let fs = self.fs.clone();
         let request = async move { fs.open_file(ino.0, write, truncate).await };
@@ -98,7 +113,7 @@ impl Filesystem for ZarrFuse {
         reply: ReplyData,
     ) {
         let fs = self.fs.clone();
-        let request = async move { fs.read(fh.0, offset, size).await };
+        let request = async move { fs.read_file(ino.0, fh.0, offset, size).await };
         self.answer(op("read", ino).fh(fh), reply, request, |r, bytes| r.data(&bytes));
     }
 

@@ -40,6 +40,11 @@ impl OpenFile {
     pub fn node(&self) -> &Node {
         &self.node
     }
+
+    /// The whole file, if a read has taken it whole (chunk files up to the snapshot limit).
+    pub async fn whole(&self) -> Option<Bytes> {
+        self.snapshot.lock().await.clone()
+    }
 }
 
 impl View {

@@ -1,7 +1,9 @@
-"""The kernel's page cache across opens (FOPEN_KEEP_CACHE): a file reopened whose bytes are
-exactly those the previous reader found (same shard version and place) is served from the
-kernel's cached pages, with no READ reaching the daemon; any change, by another mount or by a
-writer of the source, drops them, and the view follows within the metadata TTL."""
+"""The kernel's page cache across opens. A read-only mount of a local source reads files without
+opening them (FUSE_NO_OPEN_SUPPORT): the kernel keeps their pages and drops them when a file's
+size or time changes. Other mounts keep a reopened file's pages (FOPEN_KEEP_CACHE) when its
+bytes are exactly those the previous reader found (same shard version and place). Either way a
+warm re-read sends no READ (and, without opens, no OPEN) to the daemon, and any change, by
+another mount or by a writer of the source, is seen within the metadata TTL."""
 import os
 import time
 
@@ -28,8 +30,46 @@ def test_a_warm_reread_of_an_unchanged_chunk_sends_no_read(view, tree):
     for _ in range(3):
         assert read_whole(path) == data
     d = delta(before, stats(view))
+    assert d["fuse_opens"] == 0, f"a read-only local mount opened files: {d}"
+    assert d["fuse_reads"] == 0, f"a warm re-read reached the daemon: {d}"
+
+
+def test_a_reopened_unchanged_file_keeps_its_pages_on_a_writable_mount(mounter, tmp_path):
+    spec = payload_spec("arr", shape=(8, 8), shard=(8, 8))
+    root = tmp_path / "src"
+    build(root, [spec])
+    m = mount_writable(mounter, root)
+    key = si.chunk_key((0, 0), spec.cke)
+    os.makedirs(m.path(f"arr/{os.path.dirname(key)}"), exist_ok=True)
+    m.path(f"arr/{key}").write_bytes(b"A" * 16)
+    assert read_whole(m.path(f"arr/{key}")) == b"A" * 16
+    before = stats(m)
+    for _ in range(3):
+        assert read_whole(m.path(f"arr/{key}")) == b"A" * 16
+    d = delta(before, stats(m))
     assert d["fuse_opens"] == 3, d
     assert d["fuse_reads"] == 0, f"a warm re-read reached the daemon: {d}"
+
+
+def test_a_large_chunk_read_without_opens_is_one_version(mounter, tmp_path):
+    """A chunk larger than one kernel read, on a mount that does not open files: every byte
+    read matches the source, in one piece and in ranges."""
+    import fixtures as fx
+    root = tmp_path / "src"
+    root.mkdir()
+    data = np.random.default_rng(5).integers(0, 255, (1024, 1024)).astype("uint8")
+    spec = fx.ArraySpec("big", fx.ZARR_PY, data.shape, "uint8", (1024, 1024), [fx.c_bytes()],
+                        [fx.Level((512, 512), "end")], holes=0.0)
+    fx.write_zarr_python(root, spec, data)
+    m = mounter(root, "--read-only")
+    expected = si.expected_chunk_files(si.load_layout(root / "big"))
+    key, chunk = sorted(expected.items())[0]
+    assert len(chunk) == 512 * 512
+    assert read_whole(m.path(f"big/{key}")) == chunk
+    with open(m.path(f"big/{key}"), "rb", buffering=0) as f:
+        f.seek(300_000)
+        assert f.read(1000) == chunk[300_000:301_000]
+    assert stats(m)["fuse_opens"] == 0
 
 
 def test_a_chunk_changed_by_another_mount_is_read_afresh(mounter, tmp_path):
@@ -60,7 +100,7 @@ def test_a_chunk_rewritten_in_the_source_is_read_afresh(mounter, tmp_path):
     spec = fx.ArraySpec("a", fx.ZARR_PY, data.shape, "int16", (16, 16), [fx.c_bytes()],
                         [fx.Level((4, 4), "end")], holes=0.0)
     fx.write_zarr_python(root, spec, data)
-    m = mounter(root)
+    m = mounter(root, "--read-only")
     layout = si.load_layout(root / "a")
     key, first = sorted(si.expected_chunk_files(layout).items())[0]
     assert read_whole(m.path(f"a/{key}")) == first
