@@ -87,11 +87,13 @@ pub enum FileKind {
     Dir,
 }
 
-/// An open file handle, and whether the kernel may keep its cached pages of the file.
+/// An open file handle, whether the kernel may keep its cached pages of the file, and whether
+/// closing it needs no flush (it cannot write, so a flush would do nothing).
 #[derive(Debug, Clone, Copy)]
 pub struct Opened {
     pub fh: u64,
     pub keep_cache: bool,
+    pub no_flush: bool,
 }
 
 /// Requests that reached the filesystem, for the stats attribute (what the kernel's caches
@@ -104,6 +106,7 @@ pub struct OpCounts {
     reads: std::sync::atomic::AtomicU64,
     readdirs: std::sync::atomic::AtomicU64,
     getxattrs: std::sync::atomic::AtomicU64,
+    flushes: std::sync::atomic::AtomicU64,
 }
 
 impl OpCounts {
@@ -121,6 +124,7 @@ impl OpCounts {
             ("fuse_reads", &self.reads),
             ("fuse_readdirs", &self.readdirs),
             ("fuse_getxattrs", &self.getxattrs),
+            ("fuse_flushes", &self.flushes),
         ] {
             out.insert(name.into(), load(counter).into());
         }
@@ -347,7 +351,11 @@ impl Fs {
             _ => None,
         };
         let keep_cache = self.inodes.reopened(ino, content);
-        Ok(Opened { fh, keep_cache })
+        Ok(Opened {
+            fh,
+            keep_cache,
+            no_flush: !write,
+        })
     }
 
     async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<u64> {

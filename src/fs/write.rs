@@ -112,6 +112,12 @@ impl Fs {
     }
 
     /// Commit a handle's file if it changed (close, fsync).
+    /// A FLUSH from the kernel (a close()): counted, then [`flush`](Self::flush).
+    pub async fn flush_request(&self, fh: u64) -> FsResult<()> {
+        self.ops.count(&self.ops.flushes);
+        self.flush(fh).await
+    }
+
     pub async fn flush(&self, fh: u64) -> FsResult<()> {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         let Some(writer) = handle.committer() else {

@@ -92,11 +92,10 @@ impl Filesystem for ZarrFuse {
         let fs = self.fs.clone();
         let request = async move { fs.open_file(ino.0, write, truncate).await };
         self.answer(op("open", ino), reply, request, |r, opened| {
-            let flags = if opened.keep_cache {
-                FopenFlags::FOPEN_KEEP_CACHE
-            } else {
-                FopenFlags::empty()
-            };
+            let mut flags = FopenFlags::empty();
+            flags.set(FopenFlags::FOPEN_KEEP_CACHE, opened.keep_cache);
+            // close() of a handle that cannot write needs no round trip.
+            flags.set(FopenFlags::FOPEN_NOFLUSH, opened.no_flush);
             r.opened(FileHandle(opened.fh), flags)
         });
     }
@@ -142,7 +141,7 @@ impl Filesystem for ZarrFuse {
             return reply.fail(&FsError::NotImplemented);
         }
         let fs = self.fs.clone();
-        let request = async move { fs.flush(fh.0).await };
+        let request = async move { fs.flush_request(fh.0).await };
         self.answer(op("flush", ino).fh(fh), reply, request, |r, ()| r.ok());
     }
 

@@ -49,6 +49,7 @@ def test_a_reopened_unchanged_file_keeps_its_pages_on_a_writable_mount(mounter, 
     d = delta(before, stats(m))
     assert d["fuse_opens"] == 3, d
     assert d["fuse_reads"] == 0, f"a warm re-read reached the daemon: {d}"
+    assert d["fuse_flushes"] == 0, f"closing a reader sent a flush: {d}"
 
 
 def test_a_large_chunk_read_without_opens_is_one_version(mounter, tmp_path):
