@@ -51,6 +51,9 @@ impl Snapshots {
     }
 
     fn put(&self, ino: u64, bytes: Bytes) {
+        if bytes.len() > SNAPSHOT_BUDGET {
+            return;
+        }
         let mut kept = self.lock();
         kept.retain(|(i, _, _)| *i != ino);
         let mut total: usize = kept.iter().map(|(_, _, b)| b.len()).sum::<usize>() + bytes.len();
@@ -58,9 +61,7 @@ impl Snapshots {
             let Some((_, _, dropped)) = kept.pop_front() else { break };
             total -= dropped.len();
         }
-        if bytes.len() <= SNAPSHOT_BUDGET {
-            kept.push_back((ino, Instant::now(), bytes));
-        }
+        kept.push_back((ino, Instant::now(), bytes));
     }
 }
 
@@ -96,5 +97,36 @@ impl Fs {
             }
         }
         Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn snapshots_are_bounded_and_expire() {
+        let s = Snapshots::default();
+        let ttl = Duration::from_secs(60);
+        let half = SNAPSHOT_BUDGET / 2;
+        s.put(1, Bytes::from(vec![1; half]));
+        s.put(2, Bytes::from(vec![2; half]));
+        assert_eq!(s.get(1, ttl).map(|b| b[0]), Some(1));
+        // A third pushes the oldest out; the total stays within the budget.
+        s.put(3, Bytes::from(vec![3; half]));
+        assert!(s.get(1, ttl).is_none());
+        assert_eq!(s.get(3, ttl).map(|b| b[0]), Some(3));
+        // A newer snapshot of the same file replaces the older one.
+        s.put(2, Bytes::from_static(b"new"));
+        assert_eq!(s.get(2, ttl).as_deref(), Some(&b"new"[..]));
+        // Older than the TTL: not served.
+        assert!(s.get(3, Duration::ZERO).is_none());
+        // Larger than the whole budget: not kept at all, and nothing else is dropped for it.
+        s.put(4, Bytes::from(vec![4; SNAPSHOT_BUDGET + 1]));
+        assert!(s.get(4, ttl).is_none());
+        assert!(s.get(2, ttl).is_some());
+        let total: usize = s.lock().iter().map(|(_, _, b)| b.len()).sum();
+        assert!(total <= SNAPSHOT_BUDGET, "{total}");
     }
 }
