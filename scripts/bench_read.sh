@@ -27,12 +27,17 @@ SIZES=(small large small_zstd large_zstd)
 
 source "$REPO/scripts/bench_lib.sh" bench
 
-# time_fastest CMD...: run CMD $RUNS times after dropping caches; print the fastest seconds.
-# CMD gets the run number as its last argument so each run can write a fresh destination.
-time_fastest() {
-    local best="" run start end secs
+# time_runs cold|warm CMD...: run CMD $RUNS times; print the fastest seconds. cold: page caches
+# dropped before each run. warm: one untimed run first, every cache kept, and only the dirty
+# pages of earlier runs written out before each (as drop_caches does), so a run does not pay
+# for the previous one's writes. CMD gets the run number as its last argument so each run can
+# write a fresh destination.
+time_runs() {
+    local mode="$1" best="" run start end secs
+    shift
+    [ "$mode" = cold ] || "$@" 0
     for run in $(seq 1 "$RUNS"); do
-        drop_caches
+        if [ "$mode" = cold ]; then drop_caches; else sync; fi
         start=$(now)
         "$@" "$run"
         end=$(now)
@@ -43,30 +48,13 @@ time_fastest() {
     done
     echo "$best"
 }
+time_fastest() { time_runs cold "$@"; }
+time_warm() { time_runs warm "$@"; }
 
 copy_tree() { # SRC DST_PREFIX RUN
     rm -rf "$2.$3"
     cp -r "$1" "$2.$3"
     rm -rf "$2.$3"
-}
-
-# time_warm CMD...: run CMD once untimed, then $RUNS times with every cache kept; the fastest.
-# Dirty pages of earlier copies are written out before each run (as drop_caches does for the
-# cold runs), so a run does not pay for the previous one's writes.
-time_warm() {
-    local best="" run start end secs
-    "$@" 0
-    for run in $(seq 1 "$RUNS"); do
-        sync
-        start=$(now)
-        "$@" "$run"
-        end=$(now)
-        secs=$(secs "$start" "$end")
-        if [ -z "$best" ] || awk -v s="$secs" -v b="$best" 'BEGIN { exit !(s < b) }'; then
-            best=$secs
-        fi
-    done
-    echo "$best"
 }
 
 copy_parallel() { # SRC DST_PREFIX RUN: 8 concurrent cp processes, 64 files each at a time

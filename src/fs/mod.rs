@@ -8,6 +8,7 @@
 //! [`error`]. The FUSE adapter in `fuse/` only translates requests and replies.
 
 pub mod buffer;
+mod counters;
 mod dirs;
 pub mod error;
 pub mod handles;
@@ -15,6 +16,7 @@ pub mod inodes;
 mod overlay;
 mod readdir;
 mod rename;
+mod types;
 mod unopened;
 mod write;
 pub mod writeback;
@@ -29,145 +31,18 @@ pub use error::{ErrorLog, FsError};
 use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile};
 use inodes::{InodeTable, ROOT_INO};
 
-use crate::view::{Located, Node, View};
+use crate::view::{ContentId, Located, Node, View};
 
 pub type FsResult<T> = Result<T, FsError>;
 
-/// Counters of the layers below the view (store requests, transport), taken when asked for.
-pub trait Counters: std::fmt::Debug + Send + Sync {
-    fn snapshot(&self) -> serde_json::Map<String, serde_json::Value>;
-}
+pub use counters::Counters;
+use counters::OpCounts;
+pub use types::{Attr, DirItem, FileKind, FsConfig, Opened, StatFs};
 
 /// The name of the extended attribute that tells where a file's bytes are stored.
 pub const XATTR_SOURCE: &str = "user.zarrfs.source";
 /// The extended attribute of the mount's root that holds the store request counters (JSON).
 pub const XATTR_STATS: &str = "user.zarrfs.stats";
-
-#[derive(Debug, Clone)]
-pub struct FsConfig {
-    pub uid: u32,
-    pub gid: u32,
-    /// How long the kernel may cache entries and attributes.
-    pub attr_ttl: Duration,
-    /// Whether mutations are allowed.
-    pub writable: bool,
-    /// Files are read without being opened (read-only mounts of sources whose versions show
-    /// in modification times, i.e. local ones): the kernel then sends no OPEN or RELEASE, keeps
-    /// every file's pages, and drops them when a file's size or time changes (see
-    /// [`unopened`]).
-    pub no_open: bool,
-    /// Largest file that may be written through the mount (held in memory until committed).
-    pub max_file_size: usize,
-    /// Opt-in write-back: how long closed chunk files may wait before their shard is committed.
-    pub write_back_delay: Option<Duration>,
-    /// Memory for the content of files being written; beyond it they spill to `spill_dir`.
-    pub write_buffer_bytes: usize,
-    pub spill_dir: std::path::PathBuf,
-}
-
-impl FsConfig {
-    pub fn read_only(uid: u32, gid: u32, attr_ttl: Duration) -> Self {
-        FsConfig {
-            uid,
-            gid,
-            attr_ttl,
-            writable: false,
-            no_open: false,
-            max_file_size: 1 << 30,
-            write_back_delay: None,
-            write_buffer_bytes: 256 << 20,
-            spill_dir: std::env::temp_dir(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileKind {
-    File,
-    Dir,
-}
-
-/// An open file handle, whether the kernel may keep its cached pages of the file, and whether
-/// closing it needs no flush (it cannot write, so a flush would do nothing).
-#[derive(Debug, Clone, Copy)]
-pub struct Opened {
-    pub fh: u64,
-    pub keep_cache: bool,
-    pub no_flush: bool,
-}
-
-/// Requests that reached the filesystem, for the stats attribute (what the kernel's caches
-/// did not answer).
-#[derive(Debug, Default)]
-pub struct OpCounts {
-    lookups: std::sync::atomic::AtomicU64,
-    getattrs: std::sync::atomic::AtomicU64,
-    opens: std::sync::atomic::AtomicU64,
-    reads: std::sync::atomic::AtomicU64,
-    readdirs: std::sync::atomic::AtomicU64,
-    getxattrs: std::sync::atomic::AtomicU64,
-    flushes: std::sync::atomic::AtomicU64,
-}
-
-impl OpCounts {
-    fn count(&self, counter: &std::sync::atomic::AtomicU64) {
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
-        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-        let mut out = serde_json::Map::new();
-        for (name, counter) in [
-            ("fuse_lookups", &self.lookups),
-            ("fuse_getattrs", &self.getattrs),
-            ("fuse_opens", &self.opens),
-            ("fuse_reads", &self.reads),
-            ("fuse_readdirs", &self.readdirs),
-            ("fuse_getxattrs", &self.getxattrs),
-            ("fuse_flushes", &self.flushes),
-        ] {
-            out.insert(name.into(), load(counter).into());
-        }
-        out
-    }
-}
-
-/// Attributes of a node as the kernel sees them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attr {
-    pub ino: u64,
-    pub kind: FileKind,
-    pub size: u64,
-    pub mtime: SystemTime,
-    pub perm: u16,
-    pub nlink: u32,
-    pub uid: u32,
-    pub gid: u32,
-}
-
-/// One entry of a directory listing, at position `offset` (the offset to resume after it).
-#[derive(Debug, Clone)]
-pub struct DirItem {
-    pub name: String,
-    pub path: String,
-    pub offset: u64,
-    pub node: Option<Node>,
-    pub kind: FileKind,
-    /// Known inode (for `.` and `..`).
-    pub ino: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct StatFs {
-    pub blocks: u64,
-    pub bfree: u64,
-    pub bavail: u64,
-    pub files: u64,
-    pub ffree: u64,
-    pub bsize: u32,
-    pub namelen: u32,
-    pub frsize: u32,
-}
 
 #[derive(Debug)]
 pub struct Fs {
@@ -345,11 +220,7 @@ impl Fs {
     /// change, by anyone, and every open for writing, drops them.
     pub async fn open_file(&self, ino: u64, write: bool, truncate: bool) -> FsResult<Opened> {
         self.ops.count(&self.ops.opens);
-        let fh = self.open_handle(ino, write, truncate).await?;
-        let content = match self.files.get(fh).as_deref() {
-            Some(FileHandle::Read(file)) => file.node().content_id(),
-            _ => None,
-        };
+        let (fh, content) = self.open_handle(ino, write, truncate).await?;
         let keep_cache = self.inodes.reopened(ino, content);
         Ok(Opened {
             fh,
@@ -358,22 +229,27 @@ impl Fs {
         })
     }
 
-    async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<u64> {
+    /// A handle, and for a reader the content id of what it opened (a file being written has
+    /// none: its pages are never kept).
+    async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<(u64, Option<ContentId>)> {
         let at = self.view.locate(&self.path_of(ino)?).await?;
         if write {
-            return self.open_write(&at, truncate, true).await;
+            return Ok((self.open_write(&at, truncate, true).await?, None));
         }
         // A file being written is read as written so far; metadata being written is read as
         // stored (a refused document never reaches readers) unless none is stored yet.
         if let Some((_, sink)) = self.inodes.file_at(at.path()) {
             let metadata = matches!(sink, Sink::Commit(t) if t.is_metadata());
             if !metadata || self.view.node(&at).await?.is_none() {
-                return self.open_write(&at, false, false).await;
+                return Ok((self.open_write(&at, false, false).await?, None));
             }
         }
         match self.view.current(&at).await? {
             Some(node) if node.is_dir() => Err(FsError::IsADirectory),
-            Some(node) => Ok(self.files.insert(FileHandle::reader(node))),
+            Some(node) => {
+                let content = node.content_id();
+                Ok((self.files.insert(FileHandle::reader(node)), content))
+            }
             None if self.inodes.is_local_dir(at.path()) => Err(FsError::IsADirectory),
             None => Err(FsError::NotFound),
         }

@@ -12,52 +12,15 @@
 //! valid. The root is inode 1 and is never dropped. One mutex guards the table; nothing is
 //! awaited while it is held.
 
-use std::collections::{BTreeSet, HashMap};
-use std::ops::Bound;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+mod held;
 
-use super::handles::{Sink, WriteFile};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
 use crate::view::ContentId;
+pub use held::{HeldFile, Local, Written};
 
 pub const ROOT_INO: u64 = 1;
-
-/// A held file's content and where it goes.
-pub type HeldFile = (Arc<WriteFile>, Sink);
-
-/// What the mount holds for a name beyond the store.
-#[derive(Debug)]
-pub enum Local {
-    File(Written),
-    /// A chunk directory made by mkdir that holds no stored chunk yet (they are implicit).
-    MadeDir,
-}
-
-/// A file whose content the mount holds: where it goes, how many handles have it open, and
-/// since when it has been pending (closed with changes, write-back mode).
-#[derive(Debug)]
-pub struct Written {
-    pub file: Arc<WriteFile>,
-    pub sink: Sink,
-    pub handles: usize,
-    pub pending: Option<Instant>,
-}
-
-impl Written {
-    pub fn new(file: Arc<WriteFile>, sink: Sink) -> Self {
-        Written {
-            file,
-            sink,
-            handles: 0,
-            pending: None,
-        }
-    }
-
-    /// Whether it must stay when no handle has it open: staged, or pending write-back.
-    fn kept(&self) -> bool {
-        matches!(self.sink, Sink::Staged) || self.pending.is_some()
-    }
-}
 
 #[derive(Debug)]
 struct Inode {
@@ -142,13 +105,6 @@ impl Tables {
             if self.by_path.get(&inode.path) == Some(&ino) {
                 self.by_path.remove(&inode.path);
             }
-        }
-    }
-
-    fn written(&mut self, path: &str) -> Option<&mut Written> {
-        match self.inode_at(path)?.local.as_mut()? {
-            Local::File(w) => Some(w),
-            Local::MadeDir => None,
         }
     }
 }
@@ -257,168 +213,13 @@ impl InodeTable {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// The file the mount holds at `path`, and where it goes.
-    pub fn file_at(&self, path: &str) -> Option<HeldFile> {
-        self.lock().written(path).map(|w| (w.file.clone(), w.sink.clone()))
-    }
-
-    /// The path and destination of the file a handle of inode `ino` has open: `None` once the
-    /// file has been unlinked or replaced (its content then goes nowhere).
-    pub fn place_of(&self, ino: u64, file: &Arc<WriteFile>) -> Option<(String, Sink)> {
-        let t = self.lock();
-        let inode = t.by_ino.get(&ino)?;
-        match &inode.local {
-            Some(Local::File(w)) if Arc::ptr_eq(&w.file, file) => Some((inode.path.to_string(), w.sink.clone())),
-            _ => None,
-        }
-    }
-
-    /// One more handle of `path` on its file (this `file` going to `sink` if it has none yet);
-    /// returns the inode.
-    pub fn open_file(&self, path: &str, file: Arc<WriteFile>, sink: Sink) -> u64 {
-        let mut t = self.lock();
-        let ino = t.at(path);
-        if t.written(path).is_none() {
-            t.set_local(ino, Some(Local::File(Written::new(file, sink))));
-        }
-        if let Some(w) = t.written(path) {
-            w.handles += 1;
-        }
-        ino
-    }
-
-    /// A handle of `file` at inode `ino` is gone; a committed file goes with its last handle.
-    pub fn close_file(&self, ino: u64, file: &Arc<WriteFile>) {
-        let mut t = self.lock();
-        let Some(Some(Local::File(w))) = t.by_ino.get_mut(&ino).map(|i| &mut i.local) else {
-            return;
-        };
-        if !Arc::ptr_eq(&w.file, file) {
-            return;
-        }
-        w.handles = w.handles.saturating_sub(1);
-        if w.handles == 0 && !w.kept() {
-            t.set_local(ino, None);
-        }
-    }
-
-    /// Take the file held at `path` away from it (unlinked, replaced, or committed).
-    pub fn take_file(&self, path: &str) -> Option<Written> {
-        let mut t = self.lock();
-        let ino = *t.by_path.get(path)?;
-        t.written(path)?;
-        match t.set_local(ino, None) {
-            Some(Local::File(w)) => Some(w),
-            _ => None,
-        }
-    }
-
-    /// Hold `written` at `path` (replacing whatever file was there).
-    pub fn put_file(&self, path: &str, written: Written) {
-        let mut t = self.lock();
-        let ino = t.at(path);
-        t.set_local(ino, Some(Local::File(written)));
-    }
-
-    /// Change the file held at `path` in place; `None` if there is none.
-    pub fn with_file<T>(&self, path: &str, f: impl FnOnce(&mut Written) -> T) -> Option<T> {
-        self.lock().written(path).map(f)
-    }
-
-    /// Drop the file held at `path` if it is still `file`, no handle has it open and it is
-    /// not staged (a pending file that was just committed). Returns whether it was dropped.
-    pub fn drop_committed(&self, path: &str, file: &Arc<WriteFile>) -> bool {
-        let mut t = self.lock();
-        let done = t
-            .written(path)
-            .is_some_and(|w| w.handles == 0 && Arc::ptr_eq(&w.file, file) && !matches!(w.sink, Sink::Staged));
-        if let (true, Some(&ino)) = (done, t.by_path.get(path)) {
-            t.set_local(ino, None);
-        }
-        done
-    }
-
-    /// Every file the mount holds, with its path, sink and pending time.
-    pub fn files(&self) -> Vec<(String, Arc<WriteFile>, Sink, Option<Instant>)> {
-        let t = self.lock();
-        t.by_ino
-            .values()
-            .filter_map(|i| match &i.local {
-                Some(Local::File(w)) => Some((i.path.to_string(), w.file.clone(), w.sink.clone(), w.pending)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Record a chunk directory made by mkdir (nothing stored for it yet).
-    pub fn make_dir(&self, path: &str) {
-        let mut t = self.lock();
-        let ino = t.at(path);
-        if t.by_ino.get(&ino).is_some_and(|i| i.local.is_none()) {
-            t.set_local(ino, Some(Local::MadeDir));
-        }
-    }
-
-    /// Forget a directory made by mkdir (it was removed).
-    pub fn unmake_dir(&self, path: &str) {
-        let mut t = self.lock();
-        let made = t
-            .inode_at(path)
-            .is_some_and(|i| matches!(i.local, Some(Local::MadeDir)));
-        if let (true, Some(&ino)) = (made, t.by_path.get(path)) {
-            t.set_local(ino, None);
-        }
-    }
-
-    /// Whether `path` is a directory only the mount knows of: made by mkdir, or above
-    /// something the mount holds.
-    pub fn is_local_dir(&self, path: &str) -> bool {
-        let t = self.lock();
-        let made = t
-            .by_path
-            .get(path)
-            .and_then(|ino| t.by_ino.get(ino))
-            .is_some_and(|i| matches!(i.local, Some(Local::MadeDir)));
-        made || !Self::below(&t, path).is_empty()
-    }
-
-    /// Paths held locally below directory `dir` (`""`: the root), in order.
-    fn below(t: &Tables, dir: &str) -> Vec<Arc<str>> {
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
-        t.local
-            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
-            .take_while(|p| p.starts_with(&prefix))
-            .cloned()
-            .collect()
-    }
-
-    /// What the mount holds below directory `dir`: for each path, its file and sink (`None`
-    /// for a directory made by mkdir).
-    pub fn local_below(&self, dir: &str) -> Vec<(String, Option<HeldFile>)> {
-        let t = self.lock();
-        Self::below(&t, dir)
-            .into_iter()
-            .filter_map(|p| {
-                let inode = t.by_ino.get(t.by_path.get(&p)?)?;
-                let file = match inode.local.as_ref()? {
-                    Local::File(w) => Some((w.file.clone(), w.sink.clone())),
-                    Local::MadeDir => None,
-                };
-                Some((p.to_string(), file))
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fs::buffer::Budget;
+    use crate::fs::handles::{Sink, WriteFile};
 
     fn file() -> Arc<WriteFile> {
         Arc::new(WriteFile::new_empty(Budget::new(1 << 20, std::env::temp_dir())))

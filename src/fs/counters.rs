@@ -1,0 +1,47 @@
+//! What the mount counts for its stats attribute (`user.zarrfs.stats`): the requests the
+//! kernel sent to the filesystem (what its caches did not answer), and, through [`Counters`],
+//! the counters of the layers below the view (store requests, transport), which `fs` receives
+//! without knowing their types.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of the layers below the view (store requests, transport), taken when asked for.
+pub trait Counters: std::fmt::Debug + Send + Sync {
+    fn snapshot(&self) -> serde_json::Map<String, serde_json::Value>;
+}
+
+/// Requests that reached the filesystem, for the stats attribute (what the kernel's caches
+/// did not answer).
+#[derive(Debug, Default)]
+pub struct OpCounts {
+    pub(super) lookups: AtomicU64,
+    pub(super) getattrs: AtomicU64,
+    pub(super) opens: AtomicU64,
+    pub(super) reads: AtomicU64,
+    pub(super) readdirs: AtomicU64,
+    pub(super) getxattrs: AtomicU64,
+    pub(super) flushes: AtomicU64,
+}
+
+impl OpCounts {
+    pub(super) fn count(&self, counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut out = serde_json::Map::new();
+        for (name, counter) in [
+            ("fuse_lookups", &self.lookups),
+            ("fuse_getattrs", &self.getattrs),
+            ("fuse_opens", &self.opens),
+            ("fuse_reads", &self.reads),
+            ("fuse_readdirs", &self.readdirs),
+            ("fuse_getxattrs", &self.getxattrs),
+            ("fuse_flushes", &self.flushes),
+        ] {
+            out.insert(name.into(), load(counter).into());
+        }
+        out
+    }
+}

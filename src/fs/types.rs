@@ -1,0 +1,97 @@
+//! What filesystem operations take and give, in plain types (no fuser types): the mount's
+//! configuration, attributes, directory entries, an opened file's cache flags, filesystem
+//! statistics.
+
+use std::time::{Duration, SystemTime};
+
+use crate::view::Node;
+
+#[derive(Debug, Clone)]
+pub struct FsConfig {
+    pub uid: u32,
+    pub gid: u32,
+    /// How long the kernel may cache entries and attributes.
+    pub attr_ttl: Duration,
+    /// Whether mutations are allowed.
+    pub writable: bool,
+    /// Files are read without being opened (read-only mounts of sources whose versions show
+    /// in modification times, i.e. local ones): the kernel then sends no OPEN or RELEASE, keeps
+    /// every file's pages, and drops them when a file's size or time changes (see
+    /// `fs/unopened.rs`).
+    pub no_open: bool,
+    /// Largest file that may be written through the mount (held in memory until committed).
+    pub max_file_size: usize,
+    /// Opt-in write-back: how long closed chunk files may wait before their shard is committed.
+    pub write_back_delay: Option<Duration>,
+    /// Memory for the content of files being written; beyond it they spill to `spill_dir`.
+    pub write_buffer_bytes: usize,
+    pub spill_dir: std::path::PathBuf,
+}
+
+impl FsConfig {
+    pub fn read_only(uid: u32, gid: u32, attr_ttl: Duration) -> Self {
+        FsConfig {
+            uid,
+            gid,
+            attr_ttl,
+            writable: false,
+            no_open: false,
+            max_file_size: 1 << 30,
+            write_back_delay: None,
+            write_buffer_bytes: 256 << 20,
+            spill_dir: std::env::temp_dir(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+}
+
+/// An open file handle, whether the kernel may keep its cached pages of the file, and whether
+/// closing it needs no flush (it cannot write, so a flush would do nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    pub fh: u64,
+    pub keep_cache: bool,
+    pub no_flush: bool,
+}
+
+/// Attributes of a node as the kernel sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub size: u64,
+    pub mtime: SystemTime,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// One entry of a directory listing, at position `offset` (the offset to resume after it).
+#[derive(Debug, Clone)]
+pub struct DirItem {
+    pub name: String,
+    pub path: String,
+    pub offset: u64,
+    pub node: Option<Node>,
+    pub kind: FileKind,
+    /// Known inode (for `.` and `..`).
+    pub ino: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
