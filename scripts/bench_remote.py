@@ -42,8 +42,8 @@ import numpy as np
 
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS))
+from mount_stats import mount_stats  # noqa: E402
 
-STATS_XATTR = "user.zarrfs.stats"
 SIZES = ("small", "large")
 LABEL = {"small": "8 KiB", "large": "128 KiB"}
 
@@ -117,7 +117,7 @@ def chunk_rel(coords: tuple) -> str:
 
 
 def stats(mnt: str) -> dict:
-    return json.loads(os.getxattr(mnt, STATS_XATTR))
+    return mount_stats(mnt)
 
 
 def vmhwm(pid: str) -> str:

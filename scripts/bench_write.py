@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mount_stats import mount_stats  # noqa: E402
 from fixtures import (TENSORSTORE, ArraySpec, Level, c_bytes, make_data,  # noqa: E402
                       write_group, write_tensorstore)
 
@@ -111,7 +112,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    print(os.getxattr(args.mountpoint, "user.zarrfs.stats").decode())
+    print(json.dumps(mount_stats(args.mountpoint)))
     return 0
 
 

@@ -21,7 +21,7 @@
 #              it writes; tensorstore's file driver fsyncs too, file_io_sync defaults to true)
 #   unmount s  afterwards, not in seconds: `zarrfs unmount` until the daemon process has exited
 #   tensorstore: ts.open(create) + write, timed inside Python (no interpreter start, no .npy load)
-# Counters are the delta of the mount's `user.zarrfs.stats` xattr over cp + fsync:
+# Counters are the delta of the mount's counters (`zarrfs stats`) over cp + fsync:
 #   write amp = set_bytes / final size of the stored shards; shard writes = set requests.
 # PREMKDIR=1 makes the chunk directory `c` in the view before the cp (not timed), for builds
 # before f47f4e5 ("exact chunk directories"): there cp -r, having created `c` itself, mkdirs

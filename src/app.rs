@@ -280,6 +280,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     fs_config.no_open = !settings.writable && !remote;
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
+    fs_config.xattrs = settings.xattr;
     let counters = StoreCounters { store: counters, wire };
     let fs = Arc::new(Fs::new(view, fs_config).with_counters(Arc::new(counters)));
     let cfg = MountConfig {

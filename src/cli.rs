@@ -153,6 +153,11 @@ pub struct MountArgs {
     /// How sharded arrays are shown.
     #[arg(long, value_enum, default_value_t = ViewArg::Unsharded, help_heading = "View")]
     pub view: ViewArg,
+    /// Serve the extended attributes `user.zarrfs.source` (where a file's bytes live) and
+    /// `user.zarrfs.stats`. Off by default: without them `ls -l` costs no round trips for
+    /// attributes (`zarrfs stats` works either way).
+    #[arg(long, help_heading = "View")]
+    pub xattr: bool,
 
     /// Let other users access the mount.
     #[arg(long, help_heading = "Access")]
@@ -284,6 +289,8 @@ pub struct MountSettings {
     pub prefetch_bytes: u64,
     pub write_buffer_bytes: usize,
     pub metadata_ttl: Duration,
+    /// Serve the `user.zarrfs.*` extended attributes.
+    pub xattr: bool,
     /// Mount even where a mount point already is.
     pub stack: bool,
 }
@@ -335,6 +342,7 @@ impl MountArgs {
             metadata_ttl: self
                 .metadata_ttl
                 .unwrap_or(Duration::from_secs(if remote { 60 } else { 1 })),
+            xattr: self.xattr,
             stack: self.stack,
         })
     }

@@ -1,20 +1,45 @@
-//! `zarrfs stats MOUNTPOINT`: the counters a live mount publishes as the extended attribute
-//! `user.zarrfs.stats` of its root (requests to the store and their bytes, what went over the
-//! wire, cache hits, shard commits and conflicts), printed for a person or as JSON.
+//! `zarrfs stats MOUNTPOINT`: the counters a live mount publishes (requests to the store and
+//! their bytes, what went over the wire, cache hits, shard commits and conflicts, requests
+//! from the kernel), printed for a person or as JSON. They are read with the mount's stats
+//! ioctl on its root directory; mounts of zarrfs versions before it published them only as
+//! the extended attribute `user.zarrfs.stats`, which is the fallback.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde_json::{Map, Value};
 
-use crate::fs::XATTR_STATS;
+use crate::fs::{STATS_IOCTL, STATS_IOCTL_SIZE, XATTR_STATS};
 use crate::mountpoint::zarrfs_mount_at;
+
+/// The counters' JSON through the stats ioctl; `Ok(None)` when the mount does not know it.
+fn read_ioctl(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    use std::os::fd::AsRawFd;
+    let dir = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; STATS_IOCTL_SIZE];
+    // SAFETY: the request declares a read of STATS_IOCTL_SIZE bytes into `buf`, which is that
+    // long and outlives the call.
+    let n = unsafe { libc::ioctl(dir.as_raw_fd(), STATS_IOCTL as _, buf.as_mut_ptr()) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOTTY | libc::ENOSYS | libc::EINVAL) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    buf.truncate(usize::try_from(n).unwrap_or(0));
+    Ok(Some(buf))
+}
 
 /// The counters of the zarrfs mount at `path` (absolute, checked to be a zarrfs mount).
 fn read(path: &Path) -> Result<Map<String, Value>> {
-    let raw = xattr::get(path, XATTR_STATS)
-        .with_context(|| format!("cannot read the counters of {}", path.display()))?
-        .with_context(|| format!("{} publishes no counters (an older zarrfs?)", path.display()))?;
+    let cannot = || format!("cannot read the counters of {}", path.display());
+    let raw = match read_ioctl(path).with_context(cannot)? {
+        Some(raw) => raw,
+        None => xattr::get(path, XATTR_STATS)
+            .with_context(cannot)?
+            .with_context(|| format!("{} publishes no counters (an older zarrfs?)", path.display()))?,
+    };
     match serde_json::from_slice(&raw) {
         Ok(Value::Object(map)) => Ok(map),
         _ => anyhow::bail!("{}: the counters are not a JSON object", path.display()),

@@ -26,10 +26,9 @@ fn fs_with(store: Arc<dyn Store>, mode: ViewMode, ttl: Duration) -> Fs {
         metadata_ttl: ttl,
         ..ViewOptions::default()
     };
-    Fs::new(
-        View::new(store, &options),
-        FsConfig::read_only(UID, GID, Duration::from_secs(1)),
-    )
+    let mut config = FsConfig::read_only(UID, GID, Duration::from_secs(1));
+    config.xattrs = true;
+    Fs::new(View::new(store, &options), config)
 }
 
 fn fs_over(store: Arc<dyn Store>) -> Fs {
@@ -512,6 +511,21 @@ async fn getxattr_names_the_source() {
         fs.listxattr(chunk.ino).await.unwrap(),
         format!("{XATTR_SOURCE}\0").into_bytes()
     );
+}
+
+#[tokio::test]
+async fn without_the_xattr_option_attributes_are_not_implemented() {
+    // ENOSYS, so that the kernel stops asking (an `ls -l` would ask twice per file).
+    let h = sample_hierarchy();
+    let fs = Fs::new(
+        View::new(h.memory_store(), &ViewOptions::default()),
+        FsConfig::read_only(UID, GID, Duration::from_secs(1)),
+    );
+    let chunk = resolve(&fs, "data/sharded/c/4/3").await.unwrap();
+    for name in [XATTR_SOURCE, "security.selinux"] {
+        assert_eq!(fs.getxattr(chunk.ino, name).await.unwrap_err().errno(), libc::ENOSYS);
+    }
+    assert_eq!(fs.listxattr(chunk.ino).await.unwrap_err().errno(), libc::ENOSYS);
 }
 
 #[tokio::test]

@@ -40,14 +40,13 @@ impl Mount {
             mode,
             ..ViewOptions::default()
         };
-        let fs = Arc::new(Fs::new(
-            View::new(store, &options),
-            FsConfig::read_only(
-                nix::unistd::getuid().as_raw(),
-                nix::unistd::getgid().as_raw(),
-                Duration::from_millis(500),
-            ),
-        ));
+        let mut config = FsConfig::read_only(
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+            Duration::from_millis(500),
+        );
+        config.xattrs = true;
+        let fs = Arc::new(Fs::new(View::new(store, &options), config));
         let dir = tempfile::Builder::new().prefix("zarrfs-mnt-").tempdir().unwrap();
         let cfg = MountConfig {
             read_only,

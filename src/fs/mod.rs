@@ -38,6 +38,7 @@ pub type FsResult<T> = Result<T, FsError>;
 pub use counters::Counters;
 use counters::OpCounts;
 pub use types::{Attr, DirItem, FileKind, FsConfig, Opened, StatFs};
+pub use xattr::{STATS_IOCTL, STATS_IOCTL_SIZE};
 
 /// The name of the extended attribute that tells where a file's bytes are stored.
 pub const XATTR_SOURCE: &str = "user.zarrfs.source";

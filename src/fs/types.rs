@@ -26,6 +26,10 @@ pub struct FsConfig {
     /// Memory for the content of files being written; beyond it they spill to `spill_dir`.
     pub write_buffer_bytes: usize,
     pub spill_dir: std::path::PathBuf,
+    /// Serve the `user.zarrfs.*` extended attributes. Off by default: the kernel then stops
+    /// asking after the first `getxattr` (ENOSYS), where `ls -l` would otherwise send two
+    /// round trips per file (`security.selinux`, `system.posix_acl_access`).
+    pub xattrs: bool,
 }
 
 impl FsConfig {
@@ -40,6 +44,7 @@ impl FsConfig {
             write_back_delay: None,
             write_buffer_bytes: 256 << 20,
             spill_dir: std::env::temp_dir(),
+            xattrs: false,
         }
     }
 }

@@ -1,9 +1,47 @@
-//! Extended attributes: `user.zarrfs.source` on every file (where its bytes live) and
-//! `user.zarrfs.stats` on the root (the mount's counters as JSON).
+//! What the mount publishes about itself and its files: the mount's counters as JSON through
+//! an ioctl on any of its files or directories ([`STATS_IOCTL`], what `zarrfs stats` uses),
+//! and, with `--xattr`, the extended attributes `user.zarrfs.source` on every file (where its
+//! bytes live) and `user.zarrfs.stats` on the root (the same counters).
+//!
+//! Why the attributes are opt-in: the kernel asks the filesystem for every `getxattr` it sees
+//! (there is no attribute cache), and `ls -l` asks two per file (`security.selinux`,
+//! `system.posix_acl_access`). Answering the first one with ENOSYS makes the kernel stop
+//! asking for the life of the mount, so a long listing costs no round trip per file; an ioctl
+//! keeps the counters reachable either way.
 
 use super::*;
 
+/// `_IOR('Z', 1, [u8; 16383])`: the mount's counters as JSON into the caller's buffer of the
+/// largest size an ioctl number can declare; the ioctl returns the JSON's length.
+pub const STATS_IOCTL: u32 = (2 << 30) | ((STATS_IOCTL_SIZE as u32) << 16) | ((b'Z' as u32) << 8) | 1;
+/// The buffer size [`STATS_IOCTL`] declares.
+pub const STATS_IOCTL_SIZE: usize = (1 << 14) - 1;
+
 impl Fs {
+    /// The mount's counters (store requests, transport, shard cache and commits, kernel
+    /// requests) as a JSON object.
+    pub fn stats_json(&self) -> FsResult<Vec<u8>> {
+        let counters = self.counters.as_ref().ok_or(FsError::NoAttribute)?;
+        let mut stats = counters.snapshot();
+        stats.extend(self.view.shard_stats().snapshot());
+        stats.extend(self.ops.snapshot());
+        serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute)
+    }
+
+    /// An ioctl on a file or directory of the mount: [`STATS_IOCTL`] answers the counters;
+    /// anything else is not for us (files here are not terminals or devices; Python asks, to
+    /// decide on line buffering).
+    pub fn ioctl(&self, cmd: u32, out_size: u32) -> FsResult<Vec<u8>> {
+        if cmd != STATS_IOCTL {
+            return Err(FsError::NotATerminal);
+        }
+        let json = self.stats_json()?;
+        if json.len() > usize::try_from(out_size).unwrap_or(0) {
+            return Err(FsError::BufferTooSmall);
+        }
+        Ok(json)
+    }
+
     /// Where a file's bytes come from, as text.
     async fn source_text(&self, ino: u64) -> FsResult<String> {
         let at = self.view.locate(&self.path_of(ino)?).await?;
@@ -13,12 +51,11 @@ impl Fs {
 
     pub async fn getxattr(&self, ino: u64, name: &str) -> FsResult<Vec<u8>> {
         self.ops.count(&self.ops.getxattrs);
+        if !self.config.xattrs {
+            return Err(FsError::NotImplemented);
+        }
         if name == XATTR_STATS && ino == ROOT_INO {
-            let counters = self.counters.as_ref().ok_or(FsError::NoAttribute)?;
-            let mut stats = counters.snapshot();
-            stats.extend(self.view.shard_stats().snapshot());
-            stats.extend(self.ops.snapshot());
-            return serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute);
+            return self.stats_json();
         }
         if name != XATTR_SOURCE {
             return Err(FsError::NoAttribute);
@@ -28,6 +65,9 @@ impl Fs {
 
     /// Names of the extended attributes, NUL-terminated, as `listxattr` returns them.
     pub async fn listxattr(&self, ino: u64) -> FsResult<Vec<u8>> {
+        if !self.config.xattrs {
+            return Err(FsError::NotImplemented);
+        }
         let path = self.path_of(ino)?;
         if ino == ROOT_INO && self.counters.is_some() {
             return Ok(format!("{XATTR_STATS}\0").into_bytes());

@@ -218,16 +218,19 @@ impl Filesystem for ZarrFuse {
     fn ioctl(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
-        _cmd: u32,
+        cmd: u32,
         _in_data: &[u8],
-        _out_size: u32,
+        out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        // Files here are not terminals or devices (Python asks, to decide on line buffering).
-        reply.fail(&FsError::NotATerminal);
+        let _span = op("ioctl", ino).span().entered();
+        match self.fs.ioctl(cmd, out_size) {
+            Ok(data) => reply.ioctl(i32::try_from(data.len()).unwrap_or(i32::MAX), &data),
+            Err(e) => reply.fail(&e),
+        }
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {

@@ -98,3 +98,5 @@ def read_file_errno(path: Path) -> tuple[bytes | None, int | None]:
             return f.read(), None
     except OSError as e:
         return None, e.errno
+
+from mount_stats import mount_stats  # noqa: E402,F401  (scripts/, on sys.path: conftest)

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from helpers import mount_stats
 
 import seed_remote as SR  # scripts/ is on sys.path (conftest)
 
@@ -159,12 +160,11 @@ def download_tree(backend: str, prefix: str, dest: Path) -> Path:
     return dest
 
 
-STATS_XATTR = "user.zarrfs.stats"
 
 
 def stats(mount) -> dict:
-    """The daemon's request counters (xattr of the mount root)."""
-    return json.loads(os.getxattr(mount.path(), STATS_XATTR))
+    """The daemon's request counters (the mount's stats ioctl)."""
+    return mount_stats(mount.path())
 
 
 def delta(before: dict, after: dict) -> dict:

@@ -4,10 +4,14 @@ size or time changes. Other mounts keep a reopened file's pages (FOPEN_KEEP_CACH
 bytes are exactly those the previous reader found (same shard version and place). Either way a
 warm re-read sends no READ (and, without opens, no OPEN) to the daemon, and any change, by
 another mount or by a writer of the source, is seen within the metadata TTL."""
+import errno
+import json
 import os
+import subprocess
 import time
 
 import numpy as np
+import pytest
 
 import shardindex as si
 from writing import build, delta, mount_writable, payload_spec, stats
@@ -111,3 +115,29 @@ def test_a_chunk_rewritten_in_the_source_is_read_afresh(mounter, tmp_path):
     assert second != first
     time.sleep(TTL_WAIT)
     assert read_whole(m.path(f"a/{key}")) == second, "stale pages served after the TTL"
+
+
+def test_a_long_listing_asks_the_daemon_for_no_extended_attributes(mounter, tree):
+    """`ls -l` asks for two extended attributes per file; without --xattr the first request is
+    answered ENOSYS and the kernel asks no more, so the listing costs no round trip per file.
+    With --xattr, `user.zarrfs.source` names where a chunk's bytes live."""
+    entry = next(e for e in tree.arrays("sharded") if e["path"].startswith("zp/"))
+    plain = mounter(tree.root, "--read-only")
+    listing = subprocess.run(["ls", "-lR", plain.path(entry["path"])], capture_output=True,
+                             text=True, check=True).stdout
+    files = [line for line in listing.splitlines() if line.startswith("-")]
+    assert len(files) >= 4, listing
+    before = stats(plain)
+    subprocess.run(["ls", "-lR", plain.path()], capture_output=True, check=True)
+    d = delta(before, stats(plain))
+    assert d["fuse_getxattrs"] == 0, f"a long listing asked for attributes: {d}"
+    layout = si.load_layout(tree.root / entry["path"])
+    key = sorted(si.expected_chunk_files(layout))[0]
+    with pytest.raises(OSError) as e:
+        os.getxattr(plain.path(f"{entry['path']}/{key}"), "user.zarrfs.source")
+    assert e.value.errno == errno.EOPNOTSUPP
+
+    with_xattr = mounter(tree.root, "--read-only", "--xattr")
+    source = os.getxattr(with_xattr.path(f"{entry['path']}/{key}"), "user.zarrfs.source").decode()
+    assert source.startswith(f"shard {entry['path']}/") and " offset " in source, source
+    assert json.loads(os.getxattr(with_xattr.path(), "user.zarrfs.stats")).keys() == stats(with_xattr).keys()

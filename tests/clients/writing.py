@@ -15,7 +15,7 @@ import numpy as np
 
 import fixtures as F
 import shardindex as si
-from helpers import READERS, assert_same_array, walk_files
+from helpers import READERS, assert_same_array, mount_stats, walk_files
 
 # The flags of a writable mount, in one place. Mounts are writable by default now (when the
 # source is writable); `--writable` is still accepted.
@@ -23,7 +23,6 @@ WRITE_FLAGS: list = []
 # Flags of mounts that must refuse every mutation with EROFS.
 READ_ONLY_FLAG_SETS = {"read-only": ["--read-only"]}
 
-STATS_XATTR = "user.zarrfs.stats"
 TEMP_MARKERS = (".zarrfs-tmp.", ".partial", ".__lock")
 
 
@@ -36,8 +35,8 @@ def mount_writable(mounter, source, *options, foreground=False):
 
 
 def stats(mount) -> dict:
-    """The daemon's request counters (xattr of the mount root)."""
-    return json.loads(os.getxattr(mount.path(), STATS_XATTR))
+    """The daemon's request counters (the mount's stats ioctl)."""
+    return mount_stats(mount.path())
 
 
 def delta(before: dict, after: dict) -> dict:
