@@ -78,14 +78,12 @@ impl ShardedArray {
             return Ok(!self.store.list_dir(&shard_dir).await?.is_empty());
         }
         for shard in self.shards_under(&self.shard_prefix_of(prefix)).await? {
-            for coords in self.slice_of_shard(&shard, prefix) {
-                match self.locate(&coords).await {
-                    Ok(Some(_)) => return Ok(true),
-                    Ok(None) => {}
-                    // Unreadable: it may hold chunks; shown, and its reads fail with EIO.
-                    Err(ShardError::Corrupt { .. }) => return Ok(true),
-                    Err(e) => return Err(e),
-                }
+            match self.present_in_shard(&shard, self.slice_of_shard(&shard, prefix)).await {
+                Ok(present) if present.is_empty() => {}
+                Ok(_) => return Ok(true),
+                // Unreadable: it may hold chunks; shown, and its reads fail with EIO.
+                Err(ShardError::Corrupt { .. }) => return Ok(true),
+                Err(e) => return Err(e),
             }
         }
         Ok(false)
@@ -163,31 +161,70 @@ impl ShardedArray {
         }
         let mut children = std::collections::BTreeMap::new();
         for shard in self.shards_under(&self.shard_prefix_of(prefix)).await? {
-            for coords in self.slice_of_shard(&shard, prefix) {
-                if !leaf && children.contains_key(&coords[dim]) {
-                    continue;
-                }
-                match self.locate(&coords).await {
-                    Ok(Some(loc)) => {
-                        children.insert(coords[dim], Some(loc));
+            let mut slice = self.slice_of_shard(&shard, prefix);
+            slice.retain(|coords| leaf || !children.contains_key(&coords[dim]));
+            match self.present_in_shard(&shard, slice.clone()).await {
+                Ok(present) => {
+                    for (coords, size) in present {
+                        children.insert(coords[dim], Some(size));
                     }
-                    Ok(None) => {}
-                    // An unreadable shard above the last level: its directories are shown (their
-                    // files then fail with EIO); at the last level the listing fails, naming it.
-                    Err(ShardError::Corrupt { .. }) if !leaf => {
-                        children.insert(coords[dim], None);
-                    }
-                    Err(e) => return Err(e),
                 }
+                // An unreadable shard above the last level: its directories are shown (their
+                // files then fail with EIO); at the last level the listing fails, naming it.
+                Err(ShardError::Corrupt { .. }) if !leaf => {
+                    for coords in slice {
+                        children.entry(coords[dim]).or_insert(None);
+                    }
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(children
             .into_iter()
-            .map(|(i, loc)| match loc.filter(|_| leaf) {
-                Some(loc) => file(i.to_string(), loc.nbytes, loc.mtime_ns),
+            .map(|(i, size)| match size.filter(|_| leaf) {
+                Some((nbytes, mtime_ns)) => file(i.to_string(), nbytes, mtime_ns),
                 None => DirEntry::dir(i.to_string()),
             })
             .collect())
+    }
+
+    /// Which of `chunks` (inner chunks of the stored shard at `shard`) are present, with their
+    /// sizes and the shard's modification time. With one level of sharding that is one look
+    /// at the shard's (cached) index for all of them; nested shards are located chunk by chunk.
+    async fn present_in_shard(
+        &self,
+        shard: &[u64],
+        chunks: Vec<Vec<u64>>,
+    ) -> Result<Vec<(Vec<u64>, (u64, Option<i128>))>, ShardError> {
+        let mut present = Vec::new();
+        if chunks.is_empty() {
+            return Ok(present);
+        }
+        if self.layout.levels.len() != 1 {
+            for coords in chunks {
+                if let Some(loc) = self.locate(&coords).await? {
+                    present.push((coords, (loc.nbytes, loc.mtime_ns)));
+                }
+            }
+            return Ok(present);
+        }
+        let Some(index) = self
+            .top_index(&self.shard_key(shard), self.options.revalidate_after)
+            .await?
+        else {
+            return Ok(present);
+        };
+        for coords in chunks {
+            let range = self
+                .layout
+                .locate(&coords)
+                .filter(|loc| loc.shard_coords == shard && self.in_grid(&coords))
+                .and_then(|loc| index.index.get(*loc.per_level_index.first()?));
+            if let Some(range) = range {
+                present.push((coords, (range.nbytes, index.mtime_ns)));
+            }
+        }
+        Ok(present)
     }
 
     fn exact_prefixes(&self) -> bool {
