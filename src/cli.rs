@@ -69,7 +69,7 @@ pub enum Command {
     Stats {
         /// Where the zarrfs mount is.
         mountpoint: PathBuf,
-        /// Machine-readable output (the same keys as the `user.zarrfs.stats` attribute).
+        /// Machine-readable output (one JSON object).
         #[arg(long)]
         json: bool,
     },

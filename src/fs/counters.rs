@@ -1,4 +1,4 @@
-//! What the mount counts for its stats attribute (`user.zarrfs.stats`): the requests the
+//! What the mount counts (what `zarrfs stats` prints): the requests the
 //! kernel sent to the filesystem (what its caches did not answer), and, through [`Counters`],
 //! the counters of the layers below the view (store requests, transport), which `fs` receives
 //! without knowing their types.

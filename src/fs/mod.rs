@@ -103,7 +103,7 @@ impl Fs {
     }
 
     /// Publish these counters (the store's requests, and what a remote source's client sent
-    /// over the wire), with the view's, as the root's `user.zarrfs.stats` attribute.
+    /// over the wire), with the view's, as the mount's counters (`zarrfs stats`).
     pub fn with_counters(mut self, counters: Arc<dyn Counters>) -> Self {
         self.counters = Some(counters);
         self

@@ -8,11 +8,11 @@ impl Fs {
     /// Open a directory: its listing is taken now and read from the handle.
     pub async fn opendir(&self, ino: u64) -> FsResult<u64> {
         let path = self.path_of(ino)?;
-        let node = self.node(&self.view.locate(&path).await?).await?;
-        if !node.is_dir() {
+        let mut entries = self.view.list(&path).await?;
+        // Only a directory has entries; an empty listing may also be a file, or nothing now.
+        if entries.is_empty() && !self.node(&self.view.locate(&path).await?).await?.is_dir() {
             return Err(FsError::NotADirectory);
         }
-        let mut entries = self.view.list(&path).await?;
         self.add_unstored(&path, &mut entries).await;
         Ok(self.dirs.insert(DirHandle { path, entries }))
     }

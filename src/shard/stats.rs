@@ -1,5 +1,4 @@
-//! Counters of the sharding layer, published with the store's request counters (the mount
-//! root's `user.zarrfs.stats`): index and shard-data cache hits and misses, and shard commits
+//! Counters of the sharding layer, published with the store's request counters (`zarrfs stats`): index and shard-data cache hits and misses, and shard commits
 //! with the conflicts (lost races, retried) they met.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

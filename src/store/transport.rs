@@ -11,7 +11,7 @@
 //! retry: transport errors before sending, or timeouts of safe methods; broken bodies of GETs
 //! that carry an ETag (the client resumes only those); and never more than `max_retries` in a
 //! row, nor after the retry budget. The counters are published with the mount's other counters
-//! (`user.zarrfs.stats`).
+//! (`zarrfs stats`).
 
 use std::collections::HashMap;
 use std::pin::Pin;

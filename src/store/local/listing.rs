@@ -19,8 +19,13 @@ pub(super) fn list_dir_blocking(dir: &Path, prefix: &str) -> StoreResult<Vec<Dir
         if name.starts_with(TEMP_MARKER) {
             continue;
         }
-        // Follow symlinks: the source tree is the user's, shown as it reads.
-        let m = match fs::metadata(entry.path()) {
+        // Relative to the open directory (no walk of the whole path per entry); symlinks are
+        // followed: the source tree is the user's, shown as it reads.
+        let m = match entry.metadata() {
+            Ok(m) if m.file_type().is_symlink() => fs::metadata(entry.path()),
+            other => other,
+        };
+        let m = match m {
             Ok(m) => m,
             Err(e) if is_missing(&e) => continue,
             Err(e) => return Err(StoreError::io(prefix, e)),
