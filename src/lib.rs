@@ -17,5 +17,6 @@ pub mod mount_stats;
 pub mod mountpoint;
 pub mod shard;
 pub mod store;
+pub mod threads;
 pub mod view;
 pub mod zarr;

@@ -4,10 +4,19 @@
 //! times, then reports the conflict.
 //!
 //! Group commit: each stored shard has a queue. A writer adds its change and, if no commit of
-//! that shard is running, starts one as a task of its own (so a cancelled caller cannot leave
-//! the queue stuck). The task commits everything queued in one shard rewrite, answers every
-//! writer of that batch, and repeats while changes keep arriving. Chunk files of one shard
-//! closed together therefore cost one rewrite, not one each.
+//! that shard is running, starts one. The commit takes everything queued in one shard rewrite,
+//! answers every writer of that batch, and repeats while changes keep arriving. Chunk files of
+//! one shard closed together therefore cost one rewrite, not one each.
+//!
+//! A writer on a FUSE thread (beside the runtime, not in a task of it) that starts the commit of
+//! one shard commits the first batch (its own change and whatever joined it) itself: a close()
+//! then commits right there, without handing over to a runtime worker and back (two thread
+//! wake-ups per close, ~8% of a close in the default mode). Elsewhere the commit is a task of its
+//! own, which lets writers polled by the same task join its first batch. What
+//! arrives meanwhile goes on in a task of its own, so the first writer is not held up by later
+//! ones. Should a writer be dropped half way through its batch, a guard hands the queue to a
+//! task, so no queue is left stuck. A writer whose changes span several shards starts a task
+//! per shard, so they are committed concurrently.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -43,6 +52,19 @@ pub struct CommitQueues {
 impl CommitQueues {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Queue>> {
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Hands a queue to a task of its own if the writer draining it is dropped half way.
+struct DrainGuard(Option<(Arc<ShardedArray>, String)>);
+
+impl Drop for DrainGuard {
+    fn drop(&mut self) {
+        if let Some((array, shard_key)) = self.0.take() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move { array.drain(shard_key).await });
+            }
+        }
     }
 }
 
@@ -82,9 +104,15 @@ impl ShardedArray {
                 waits.push((shard_key, done));
             }
         }
-        for shard_key in start {
-            let array = self.clone();
-            tokio::spawn(async move { array.drain(shard_key).await });
+        if start.len() == 1 && crate::threads::beside_runtime() {
+            for shard_key in start {
+                self.commit_first_batch(shard_key).await;
+            }
+        } else {
+            for shard_key in start {
+                let array = self.clone();
+                tokio::spawn(async move { array.drain(shard_key).await });
+            }
         }
         for (shard_key, done) in waits {
             match done.await {
@@ -148,23 +176,46 @@ impl ShardedArray {
 
     /// Commit batches of queued changes of one shard until none are left.
     async fn drain(self: Arc<Self>, shard_key: String) {
-        loop {
-            let batch = {
-                let mut queues = self.commits.lock();
-                let Some(queue) = queues.get_mut(&shard_key) else {
-                    return;
-                };
-                if queue.pending.is_empty() {
-                    queues.remove(&shard_key);
-                    return;
-                }
-                std::mem::take(&mut queue.pending)
-            };
-            let (changes, replies): (Vec<Change>, Vec<Reply>) = batch.into_iter().unzip();
-            let result = self.commit_shard(&shard_key, &changes).await.map_err(Arc::new);
-            for reply in replies {
-                let _ = reply.send(result.clone());
-            }
+        while let Some(batch) = self.take_batch(&shard_key) {
+            self.commit_batch(&shard_key, batch).await;
+        }
+    }
+
+    /// Commit the first batch of a queue this writer started, here; later batches in a task.
+    async fn commit_first_batch(self: &Arc<Self>, shard_key: String) {
+        let mut guard = DrainGuard(Some((self.clone(), shard_key.clone())));
+        if let Some(batch) = self.take_batch(&shard_key) {
+            self.commit_batch(&shard_key, batch).await;
+        }
+        if let Some(batch) = self.take_batch(&shard_key) {
+            let array = self.clone();
+            tokio::spawn(async move {
+                array.commit_batch(&shard_key, batch).await;
+                array.drain(shard_key).await;
+            });
+        }
+        guard.0 = None;
+    }
+
+    /// The changes queued for a shard (the queue stays marked as being drained), or, when none
+    /// are left, `None` with the queue retired: one step under the lock, so a change queued
+    /// meanwhile either is in the batch or finds no drain running and starts one.
+    fn take_batch(&self, shard_key: &str) -> Option<Vec<(Change, Reply)>> {
+        let mut queues = self.commits.lock();
+        let queue = queues.get_mut(shard_key)?;
+        if queue.pending.is_empty() {
+            queues.remove(shard_key);
+            return None;
+        }
+        Some(std::mem::take(&mut queue.pending))
+    }
+
+    /// Commit one batch in one shard rewrite and answer each of its writers.
+    async fn commit_batch(&self, shard_key: &str, batch: Vec<(Change, Reply)>) {
+        let (changes, replies): (Vec<Change>, Vec<Reply>) = batch.into_iter().unzip();
+        let result = self.commit_shard(shard_key, &changes).await.map_err(Arc::new);
+        for reply in replies {
+            let _ = reply.send(result.clone());
         }
     }
 

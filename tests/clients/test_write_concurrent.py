@@ -12,8 +12,8 @@ import time
 import pytest
 
 import shardindex as si
-from writing import (CONCURRENT_WRITER as WRITER, build, lost_updates, mount_writable, parse_payload,
-                     payload_spec, shard_problems, stats, temp_files)
+from writing import (CONCURRENT_WRITER as WRITER, build, delta, lost_updates, mount_writable,
+                     parse_payload, payload, payload_spec, shard_problems, stats, temp_files)
 
 ROUNDS = 25  # x 8 chunk files per writer = 200 writes each
 
@@ -87,3 +87,48 @@ def test_two_writers_lose_nothing(mounter, tmp_path, mounts):
         view.stop()
     assert shard_problems(root / spec.path) == []
     assert temp_files(root) == []
+
+
+def test_parallel_closes_of_one_shard_are_committed_together(mounter, tmp_path):
+    """Eight writers close chunk files of one shard at the same moment, round after round
+    (as `gsutil -m cp` into the view would): what arrives while the shard's commit is in flight
+    joins the next one, so there are far fewer shard commits than closes, and every close still
+    returns only once its chunk is in the stored shard."""
+    import threading
+    spec = payload_spec("arr", shape=(16, 16), shard=(16, 16))
+    root = tmp_path / "src"
+    build(root, [spec])
+    view = mount_writable(mounter, root)
+    writers, rounds = 8, 10
+    keys = [si.chunk_key((i, j), spec.cke) for i in range(4) for j in range(2)]
+    for i in range(4):
+        (view.path(spec.path) / "c" / str(i)).mkdir(parents=True, exist_ok=True)
+    barrier = threading.Barrier(writers)
+    failures = []
+
+    def write(w):
+        try:
+            for seq in range(1, rounds + 1):
+                barrier.wait(timeout=30)
+                (view.path(spec.path) / keys[w]).write_bytes(payload(w, w, seq))
+                # close() returned: the chunk is in the stored shard now.
+                stored = si.expected_chunk_files(si.load_layout(root / spec.path))
+                if stored.get(keys[w]) != payload(w, w, seq):
+                    failures.append(f"{keys[w]} round {seq}: not stored at close")
+        except Exception as e:  # noqa: BLE001 (reported below)
+            failures.append(f"writer {w}: {type(e).__name__}: {e}")
+
+    before = stats(view)
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert failures == []
+    d = delta(before, stats(view))
+    closes = writers * rounds
+    print(f"{closes} closes, {d['shard_commits']} shard commits, {d['set']} shard writes")
+    assert d["commit_conflicts"] == 0, d
+    assert d["shard_commits"] <= closes * 3 // 4, f"parallel closes were not batched: {d}"
+    final = si.expected_chunk_files(si.load_layout(root / spec.path))
+    assert final == {keys[w]: payload(w, w, rounds) for w in range(writers)}

@@ -17,7 +17,8 @@ pub type HeldFile = (Arc<WriteFile>, Sink);
 /// What the mount holds for a name beyond the store.
 #[derive(Debug)]
 pub enum Local {
-    File(Written),
+    /// Boxed: most inodes hold nothing, and a small table entry keeps lookups in cache.
+    File(Box<Written>),
     /// A chunk directory made by mkdir that holds no stored chunk yet (they are implicit).
     MadeDir,
 }
@@ -80,7 +81,7 @@ impl InodeTable {
         let mut t = self.lock();
         let ino = t.at(path);
         if t.written(path).is_none() {
-            t.set_local(ino, Some(Local::File(Written::new(file, sink))));
+            t.set_local(ino, Some(Local::File(Box::new(Written::new(file, sink)))));
         }
         if let Some(w) = t.written(path) {
             w.handles += 1;
@@ -109,7 +110,7 @@ impl InodeTable {
         let ino = *t.by_path.get(path)?;
         t.written(path)?;
         match t.set_local(ino, None) {
-            Some(Local::File(w)) => Some(w),
+            Some(Local::File(w)) => Some(*w),
             _ => None,
         }
     }
@@ -118,7 +119,7 @@ impl InodeTable {
     pub fn put_file(&self, path: &str, written: Written) {
         let mut t = self.lock();
         let ino = t.at(path);
-        t.set_local(ino, Some(Local::File(written)));
+        t.set_local(ino, Some(Local::File(Box::new(written))));
     }
 
     /// Change the file held at `path` in place; `None` if there is none.

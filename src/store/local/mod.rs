@@ -131,10 +131,7 @@ fn is_missing(e: &std::io::Error) -> bool {
 
 /// Run file I/O where blocking is allowed (see the module docs).
 async fn blocking<T>(f: impl FnOnce() -> StoreResult<T>) -> StoreResult<T> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    let on_worker = tokio::task::try_id().is_some()
-        && Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-    if on_worker {
+    if crate::threads::on_runtime_worker() {
         tokio::task::block_in_place(f)
     } else {
         f()
