@@ -13,8 +13,8 @@ started by scripts/servers.sh on 127.0.0.1. Uploads go through each server's own
 azure-storage-blob, the fake-gcs JSON upload API); for http the files are copied into the
 nginx root. Also importable: the tests use the same functions to seed, list and fetch objects.
 
-Environment: ZARRFS_{S3,AZURE,GCS,HTTP,HTTP_STATIC}_PORT override the ports (9000, 10000, 4443,
-8080, 8081);
+Environment: ZARRFS_{S3,AZURE,GCS,HTTP,HTTP_STATIC,HTTP_PLAIN,HTTP_BARE}_PORT override the ports
+(9000, 10000, 4443, 8080, 8081, 8082, 8083);
 ZARRFS_SERVERS_DIR the servers' data directory (default $REPO/.cache/servers).
 """
 from __future__ import annotations
@@ -84,6 +84,16 @@ def http_static_url(prefix: str = "") -> str:
     static web server (directories redirect to a trailing slash and show an HTML index)."""
     static_port = int(os.environ.get("ZARRFS_HTTP_STATIC_PORT", 8081))
     return f"http://{HOST}:{static_port}/{join_key(BUCKET, prefix.strip('/'))}"
+
+
+def http_plain_url(prefix: str = "", index: bool = True) -> str:
+    """The same tree from an nginx listener without WebDAV (PROPFIND is refused): with HTML
+    directory index pages (`index`), or with none (a directory is 403)."""
+    if index:
+        port = int(os.environ.get("ZARRFS_HTTP_PLAIN_PORT", 8082))
+    else:
+        port = int(os.environ.get("ZARRFS_HTTP_BARE_PORT", 8083))
+    return f"http://{HOST}:{port}/{join_key(BUCKET, prefix.strip('/'))}"
 
 
 def gcs_service_account() -> Path:

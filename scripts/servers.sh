@@ -4,7 +4,8 @@
 #   azure  azurite-blob 3.35.0 (npm)       port 10000  container zarrfs (account devstoreaccount1)
 #   gcs    fake-gcs-server (PyPI wrapper)  port 4443   bucket    zarrfs (in memory)
 #   http   nginx (Range, WebDAV PROPFIND)  port 8080   directory .cache/servers/http/www/zarrfs
-#          (and port 8081: the same files as a stock static server: directories redirect + index)
+#          (and port 8081: the same files as a stock static server: directories redirect + index;
+#           8082: the same without WebDAV, autoindex on; 8083: without WebDAV, autoindex off)
 #
 # Usage: servers.sh start|stop|status [s3] [azure] [gcs] [http]   (default: all four)
 #        servers.sh env NAME       print the export line a client (zarrfs) needs
@@ -15,7 +16,7 @@
 # each server answers (bounded: ZARRFS_SERVER_WAIT seconds, default 60) and creates the bucket.
 # `stop` ends each server by its recorded pid. Needs scripts/setup.sh (venv with
 # scripts/requirements-remote.txt, azurite in .cache/npm, nginx-light).
-# Ports: ZARRFS_{S3,AZURE,GCS,HTTP,HTTP_STATIC}_PORT.
+# Ports: ZARRFS_{S3,AZURE,GCS,HTTP,HTTP_STATIC,HTTP_PLAIN,HTTP_BARE}_PORT.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,6 +32,8 @@ AZURE_PORT="${ZARRFS_AZURE_PORT:-10000}"
 GCS_PORT="${ZARRFS_GCS_PORT:-4443}"
 HTTP_PORT="${ZARRFS_HTTP_PORT:-8080}"
 HTTP_STATIC_PORT="${ZARRFS_HTTP_STATIC_PORT:-8081}"
+HTTP_PLAIN_PORT="${ZARRFS_HTTP_PLAIN_PORT:-8082}"
+HTTP_BARE_PORT="${ZARRFS_HTTP_BARE_PORT:-8083}"
 
 say() { echo "servers: $*" >&2; }
 die() { echo "servers: error: $*" >&2; exit 1; }
@@ -120,6 +123,21 @@ http {
             $( [ -n "$dav" ] && echo "dav_ext_methods PROPFIND OPTIONS;" )
             limit_except GET HEAD PROPFIND OPTIONS { deny all; }
         }
+    }
+    # $HTTP_PLAIN_PORT: a stock static server without WebDAV (PROPFIND is answered 405), with
+    # directory index pages; $HTTP_BARE_PORT: the same without index pages (a directory is 403).
+    server {
+        listen 127.0.0.1:$HTTP_PLAIN_PORT;
+        root $dir/www;
+        etag on;
+        max_ranges 64;
+        autoindex on;
+    }
+    server {
+        listen 127.0.0.1:$HTTP_BARE_PORT;
+        root $dir/www;
+        etag on;
+        max_ranges 64;
     }
 }
 EOF

@@ -104,16 +104,34 @@ fn open_store(source: &SourceSpec, writable: bool) -> Result<Opened> {
 /// Ask the store once before going live, so a missing bucket, bad credentials or an unreachable
 /// endpoint are reported by `mount` rather than by the first `ls`.
 async fn check_reachable(store: &dyn Store, source: &SourceSpec) -> Result<()> {
-    let SourceSpec::Remote { .. } = source else {
+    let SourceSpec::Remote { url, .. } = source else {
         return Ok(());
     };
-    match store.list_dir("").await {
-        Ok(_) => Ok(()),
-        // Plain HTTP servers may refuse listings; a readable root metadata document will do.
-        Err(_) if matches!(store.head("zarr.json").await, Ok(Some(_))) => Ok(()),
-        Err(e) => bail!("cannot read the source: {e}"),
+    let listed: String = match store.list_dir("").await {
+        // An empty prefix of a writable store is a place to create a hierarchy in.
+        Ok(entries) if !entries.is_empty() || store.capabilities().writable => return Ok(()),
+        Ok(_) => "nothing is listed there".to_string(),
+        Err(e) => e.to_string(),
+    };
+    // Plain HTTP servers may refuse listings; a readable root metadata document will do.
+    let mut tried = Vec::new();
+    for key in ROOT_METADATA {
+        match store.head(key).await {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) => tried.push(format!("{key}: not found (404)")),
+            Err(e) => tried.push(format!("{key}: {e}")),
+        }
     }
+    bail!(
+        "cannot read {}: {listed}, and it has no Zarr metadata at its root ({})",
+        crate::store::remote::redact_url(url),
+        tried.join("; ")
+    )
 }
+
+/// The documents that make a URL the root of a Zarr hierarchy (v3, then v2 group, array and
+/// consolidated metadata).
+const ROOT_METADATA: [&str; 4] = ["zarr.json", ".zgroup", ".zarray", ".zmetadata"];
 
 /// A short name of the source for /proc/mounts and messages; never with credentials.
 fn source_name(source: &SourceSpec) -> String {

@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::client::HttpConnector;
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::http::HttpBuilder;
 use object_store::limit::LimitStore;
-use object_store::{ClientConfigKey, ObjectStore, RetryConfig};
+use object_store::{ClientConfigKey, ClientOptions, ObjectStore, RetryConfig};
 use url::Url;
 
+use super::object::http_listing::IndexPages;
 use super::object::{Flavor, ObjectBackend};
 use super::transport::{CountingConnector, WireStats};
 
@@ -88,9 +90,13 @@ pub fn open(source: &str, opts: &RemoteOptions, writable: bool) -> Result<Object
         other => return Err(format!("{shown}: unsupported scheme {other}://")),
     };
     let limited: Arc<dyn ObjectStore> = Arc::new(LimitStore::new(store, MAX_CONCURRENT_REQUESTS));
-    Ok(ObjectBackend::new(limited, &prefix, flavor, writable, shown)
-        .with_wire_stats(wire)
-        .with_secrets(secrets(&url, opts)))
+    let mut backend = ObjectBackend::new(limited, &prefix, flavor, writable, shown)
+        .with_wire_stats(wire.clone())
+        .with_secrets(secrets(&url, opts));
+    if flavor == Flavor::Http {
+        backend = backend.with_index_pages(index_pages(&url, opts, connector())?);
+    }
+    Ok(backend)
 }
 
 /// A URL without the user name and password it may carry (`https://user:secret@host/x`), for
@@ -251,6 +257,22 @@ fn http(
     }
     b = b.with_config(ClientConfigKey::AllowHttp, "true");
     b.build().map_err(|e| format!("HTTP: {e}"))
+}
+
+/// The client that reads directory index pages of an HTTP source (see `object::http_listing`),
+/// configured like the store's own.
+fn index_pages(url: &Url, opts: &RemoteOptions, connector: CountingConnector) -> Result<IndexPages, String> {
+    let mut client_options = ClientOptions::new().with_allow_http(true);
+    for (k, v) in options(opts) {
+        let key: ClientConfigKey = k.parse().map_err(|_| bad_option(k, "HTTP"))?;
+        client_options = client_options.with_config(key, v);
+    }
+    let client = connector.connect(&client_options).map_err(|e| format!("HTTP: {e}"))?;
+    let mut base = url.clone();
+    base.set_path("/");
+    base.set_query(None);
+    base.set_fragment(None);
+    Ok(IndexPages::new(client, base))
 }
 
 #[cfg(test)]

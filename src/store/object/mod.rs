@@ -32,6 +32,8 @@ use super::{
 
 /// Which service, where behaviour differs.
 mod errors;
+mod html_index;
+pub mod http_listing;
 mod read;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +58,11 @@ pub struct ObjectBackend {
     /// Credentials that the client's own error messages may repeat (a URL's password), never
     /// to be passed on.
     secrets: Vec<String>,
+    /// HTTP sources: whether directories are listed with WebDAV or from HTML index pages, once
+    /// the first listing found out (see [`http_listing`]).
+    listing: std::sync::atomic::AtomicU8,
+    /// HTTP sources: the client that reads directory index pages.
+    index_pages: Option<http_listing::IndexPages>,
 }
 
 impl ObjectBackend {
@@ -70,6 +77,8 @@ impl ObjectBackend {
             name,
             wire: None,
             secrets: Vec::new(),
+            listing: std::sync::atomic::AtomicU8::new(http_listing::LISTING_UNKNOWN),
+            index_pages: None,
         }
     }
 
@@ -92,6 +101,12 @@ impl ObjectBackend {
     /// Publish the counters the client's connector keeps (see [`super::transport`]).
     pub fn with_wire_stats(mut self, wire: Arc<WireStats>) -> Self {
         self.wire = Some(wire);
+        self
+    }
+
+    /// HTTP sources: read directory index pages with this client where WebDAV is missing.
+    pub fn with_index_pages(mut self, pages: http_listing::IndexPages) -> Self {
+        self.index_pages = Some(pages);
         self
     }
 
@@ -265,6 +280,9 @@ impl Store for ObjectBackend {
     }
 
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        if self.lists_by_walk() {
+            return self.list_prefix_by_walk(prefix).await;
+        }
         // object_store lists whole path segments; list the directory and filter by the name.
         let dir = prefix.rfind('/').map_or("", |i| &prefix[..i]);
         let root = self.raw_path(dir);
@@ -285,7 +303,27 @@ impl Store for ObjectBackend {
 
     async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
         validate_prefix(prefix)?;
+        if self.flavor == Flavor::Http {
+            return self.list_dir_http(prefix).await;
+        }
+        self.list_dir_webdav(prefix).await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
+        self.readonly()?;
+        let (from_path, to_path) = (self.path(from)?, self.path(to)?);
+        self.inner
+            .rename(&from_path, &to_path)
+            .await
+            .map_err(|e| self.error(from, e))
+    }
+}
+
+impl ObjectBackend {
+    /// `list_dir` through object_store's listing (for HTTP sources: WebDAV `PROPFIND`).
+    async fn list_dir_webdav(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
         let dir = self.raw_path(prefix);
+
         let listed = self
             .inner
             .list_with_delimiter(Some(&dir))
@@ -305,15 +343,6 @@ impl Store for ObjectBackend {
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
-    }
-
-    async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
-        self.readonly()?;
-        let (from_path, to_path) = (self.path(from)?, self.path(to)?);
-        self.inner
-            .rename(&from_path, &to_path)
-            .await
-            .map_err(|e| self.error(from, e))
     }
 }
 

@@ -1,0 +1,185 @@
+//! Listings of HTTP sources. A WebDAV server answers `PROPFIND` (what object_store's HTTP client
+//! lists with); most web servers do not (static sites, the public HTTPS endpoints of object
+//! stores, data repositories), and answer with 405, 403 or 501. The first listing finds out:
+//! if `PROPFIND` works, every listing uses it; if it fails and the directory's HTML index page
+//! (nginx `autoindex`, Apache, `python -m http.server`) can be read instead, every listing
+//! reads index pages from then on ([`super::html_index`]). A directory's page is its URL with a
+//! trailing slash (a server redirects the URL without one there). Sizes the page does not show
+//! exactly are asked for with a HEAD each, a few at a time.
+
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use object_store::client::{HttpClient, HttpRequestBody};
+
+use super::html_index::{self, IndexEntry};
+use super::*;
+use crate::store::EntryKind;
+
+/// How an HTTP source's directories are listed, once known.
+pub(super) const LISTING_UNKNOWN: u8 = 0;
+const LISTING_WEBDAV: u8 = 1;
+const LISTING_INDEX: u8 = 2;
+
+/// HEAD requests in flight for the sizes of one index page's files.
+const SIZE_LOOKUPS: usize = 8;
+
+/// Reads index pages. object_store's HTTP client cannot: it wants a `Content-Length`, and
+/// servers stream generated pages without one. This is a client from the same connector (so
+/// its requests are counted with the others) that GETs a directory's URL with its trailing
+/// slash.
+#[derive(Debug)]
+pub struct IndexPages {
+    client: HttpClient,
+    /// The server's base URL (scheme, host, port), to which object paths are appended.
+    base: url::Url,
+}
+
+impl IndexPages {
+    pub fn new(client: HttpClient, base: url::Url) -> Self {
+        IndexPages { client, base }
+    }
+
+    /// The page of the directory at `path`; `Ok(None)` when there is no such directory.
+    async fn get(&self, path: &Path) -> Result<Option<bytes::Bytes>, String> {
+        let mut url = self.base.clone();
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.pop_if_empty().extend(path.parts()).push("");
+        }
+        let request = http::Request::get(url.as_str())
+            .body(HttpRequestBody::empty())
+            .map_err(|e| e.to_string())?;
+        let response = self.client.execute(request).await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        if status == http::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(format!("{url}: {status}"));
+        }
+        let body = response.into_body().bytes().await.map_err(|e| e.to_string())?;
+        Ok(Some(body))
+    }
+}
+
+impl ObjectBackend {
+    /// `list_dir` of an HTTP source: WebDAV when the server offers it, else its index pages.
+    pub(super) async fn list_dir_http(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+        let way = self.listing.load(Ordering::Relaxed);
+        if way == LISTING_INDEX {
+            return self.list_dir_from_index(prefix).await;
+        }
+        let webdav = self.list_dir_webdav(prefix).await;
+        match webdav {
+            Ok(entries) => {
+                self.listing.store(LISTING_WEBDAV, Ordering::Relaxed);
+                Ok(entries)
+            }
+            Err(e) if way == LISTING_WEBDAV => Err(e),
+            Err(webdav_error) => match self.list_dir_from_index(prefix).await {
+                Ok(entries) => {
+                    tracing::info!(
+                        source = %self.name,
+                        "the server does not list with WebDAV PROPFIND ({}); listing from its HTML index pages",
+                        first_line(&webdav_error.to_string())
+                    );
+                    self.listing.store(LISTING_INDEX, Ordering::Relaxed);
+                    Ok(entries)
+                }
+                Err(index_error) => Err(StoreError::io(
+                    prefix,
+                    std::io::Error::other(format!(
+                        "cannot list {}/{prefix}: no WebDAV PROPFIND ({}) and no HTML directory index page ({})",
+                        self.name.trim_end_matches('/'),
+                        first_line(&webdav_error.to_string()),
+                        first_line(&index_error.to_string()),
+                    )),
+                )),
+            },
+        }
+    }
+
+    /// The direct children of a directory from its index page; a missing directory is empty.
+    async fn list_dir_from_index(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+        let Some(pages) = &self.index_pages else {
+            return Err(StoreError::Unsupported("directory index pages"));
+        };
+        let page = match pages.get(&self.raw_path(prefix)).await {
+            Ok(Some(page)) => page,
+            Ok(None) => return Ok(Vec::new()),
+            Err(e) => return Err(StoreError::io(prefix, std::io::Error::other(self.scrubbed(e)))),
+        };
+        if !html_index::is_html(&page) {
+            // The URL names a stored file, not a directory: nothing is below it.
+            return Ok(Vec::new());
+        }
+        let entries = html_index::parse(&String::from_utf8_lossy(&page));
+        let sized = futures::stream::iter(entries)
+            .map(|entry| self.sized(prefix, entry))
+            .buffered(SIZE_LOOKUPS)
+            .collect::<Vec<_>>()
+            .await;
+        let mut out = Vec::with_capacity(sized.len());
+        for entry in sized {
+            out.extend(entry?);
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// An index entry as a listing entry; a file whose size the page does not show is asked
+    /// for with a HEAD (`None`: it went away meanwhile).
+    async fn sized(&self, prefix: &str, entry: IndexEntry) -> StoreResult<Option<DirEntry>> {
+        if entry.dir {
+            return Ok(Some(DirEntry::dir(entry.name)));
+        }
+        if let Some(size) = entry.size {
+            return Ok(Some(DirEntry::file(entry.name, size, None)));
+        }
+        let key = format!("{prefix}{}", entry.name);
+        match self.inner.head(&self.raw_path(&key)).await {
+            Ok(meta) => Ok(Some(DirEntry::file(
+                entry.name,
+                meta.size,
+                self.meta_of(&meta).mtime_ns,
+            ))),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(&key, e)),
+        }
+    }
+
+    /// Every key under `prefix` (a walk of `list_dir`), for HTTP sources listed from index pages.
+    pub(super) async fn list_prefix_by_walk(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        let dir = prefix.rfind('/').map_or("", |i| &prefix[..=i]);
+        let mut keys = Vec::new();
+        let mut pending = vec![dir.to_string()];
+        while let Some(dir) = pending.pop() {
+            for entry in self.list_dir(&dir).await? {
+                let key = format!("{dir}{}", entry.name);
+                match entry.kind {
+                    EntryKind::Dir => pending.push(format!("{key}/")),
+                    EntryKind::File { .. } => keys.push(key),
+                }
+            }
+        }
+        keys.retain(|k| k.starts_with(prefix));
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// Whether deep listings of this source go directory by directory: an HTTP source not (yet)
+    /// known to answer WebDAV (index pages are one directory each).
+    pub(super) fn lists_by_walk(&self) -> bool {
+        self.flavor == Flavor::Http && self.listing.load(Ordering::Relaxed) != LISTING_WEBDAV
+    }
+}
+
+/// The first line of an error message, at most 200 characters (a server's error page can
+/// follow it).
+fn first_line(message: &str) -> String {
+    let line = message.lines().next().unwrap_or_default();
+    match line.char_indices().nth(200) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
+    }
+}

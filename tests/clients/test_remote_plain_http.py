@@ -1,0 +1,112 @@
+"""HTTP sources served by a stock web server without WebDAV (nginx without the dav module
+listening on its own ports, scripts/servers.sh): PROPFIND is refused with 405, so zarrfs lists
+directories from the server's HTML index pages (autoindex). The view must be the WebDAV
+server's view exactly, read identically by the clients, and `cp -r` of an array out of it
+must reopen identically. A URL with nothing Zarr at it fails at mount time, naming the URL."""
+import errno
+import os
+import subprocess
+
+import pytest
+
+import seed_remote as SR
+import shardindex as si
+from conftest import manifest_entries
+from helpers import READERS, assert_same_array, load_json, mount_stats, walk_files
+from remote import remote  # noqa: F401 - fixture
+
+COPIED = ["zp/i16_2d_nested", "ts/u8_2d_end_crc_blosc"]
+
+
+@pytest.fixture
+def plain_view(mounter, remote):  # noqa: F811
+    """plain_view(index=True) -> a --read-only mount of the fixture tree from the server
+    without WebDAV (with or without index pages)."""
+
+    def mount(index: bool = True):
+        remote.ensure("http")
+        prefix = remote.view_prefix("http")
+        return mounter(SR.http_plain_url(prefix, index=index), "--read-only")
+
+    return mount
+
+
+def listing(root) -> dict[str, int]:
+    return {rel: p.stat().st_size for rel, p in walk_files(root).items()}
+
+
+def test_listing_equals_the_webdav_servers(plain_view, mounter, remote):  # noqa: F811
+    view = plain_view()
+    webdav = mounter(SR.url("http", remote.view_prefix("http")), "--read-only")
+    got, want = listing(view.path()), listing(webdav.path())
+    assert len(want) > 100
+    assert got == want, (f"missing {sorted(set(want) - set(got))[:5]}, "
+                         f"extra {sorted(set(got) - set(want))[:5]}")
+    for rel in sorted(want)[::17]:
+        assert (view.path() / rel).read_bytes() == (webdav.path() / rel).read_bytes(), rel
+
+
+@pytest.mark.parametrize("path", manifest_entries())
+@pytest.mark.parametrize("client", sorted(READERS))
+def test_client_reads_plain_http_view_as_written(plain_view, tree, client, path):
+    view = plain_view()
+    got = READERS[client](view.path(path))
+    assert_same_array(got, tree.expected(tree.array(path)), f"{client} on plain-HTTP view {path}")
+    assert view.alive()
+
+
+@pytest.mark.parametrize("path", COPIED)
+def test_cp_r_array_from_plain_http_view(plain_view, tree, path, tmp_path):
+    view = plain_view()
+    dest = tmp_path / "copy"
+    res = subprocess.run(["cp", "-r", str(view.path(path)), str(dest)], capture_output=True,
+                         text=True, timeout=240)
+    assert res.returncode == 0, f"cp -r failed: {res.stderr}"
+    for client, read in sorted(READERS.items()):
+        assert_same_array(read(dest), tree.expected(tree.array(path)), f"{client} on the copy")
+    assert "sharding_indexed" not in str(load_json(dest / "zarr.json")["codecs"])
+    copied = {k: p.read_bytes() for k, p in walk_files(dest).items() if k != "zarr.json"}
+    assert copied == si.expected_chunk_files(si.load_layout(tree.root / path))
+
+
+def test_index_pages_are_read_once_per_directory_and_kept(plain_view):
+    """A walk reads each stored directory's page once, with one request (nginx shows exact
+    sizes, so no HEAD per file; PROPFIND is not tried again). A second walk within the metadata
+    TTL sends no request at all."""
+    view = plain_view()
+    path = view.path("ts")
+    before = mount_stats(view.path())
+    dirs = 1 + sum(1 for p in path.rglob("*") if p.is_dir())
+    first = mount_stats(view.path())
+    d = {k: first[k] - before[k] for k in ("list_dir", "get", "head", "http_requests")}
+    assert 0 < d["list_dir"] <= dirs, (dirs, d)
+    # Every request on the wire is one of the store's: a listing is one page, nothing more.
+    assert d["http_requests"] == d["list_dir"] + d["get"] + d["head"], d
+    sum(1 for _ in path.rglob("*"))
+    second = mount_stats(view.path())
+    assert second["http_requests"] == first["http_requests"], "a kept listing was asked again"
+
+
+def test_a_url_without_zarr_fails_at_mount_naming_it(zarrfs_bin, remote, tmp_path):  # noqa: F811
+    remote.ensure("http")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    for index in (True, False):
+        url = SR.http_plain_url(remote.view_prefix("http") + "/no/such/dataset", index=index)
+        res = subprocess.run([str(zarrfs_bin), "mount", url, str(mnt), "--read-only"],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode != 0
+        assert url in res.stderr and "zarr.json: not found (404)" in res.stderr, res.stderr
+
+
+def test_without_index_pages_listings_fail_clearly(plain_view):
+    """A server with neither WebDAV nor index pages: the mount starts (its root has zarr.json),
+    and a listing fails with EIO and a log line that says what was tried. (Discovery without
+    listings is not there yet.)"""
+    view = plain_view(index=False)
+    assert (view.path() / "zarr.json").read_bytes()
+    with pytest.raises(OSError) as e:
+        os.listdir(view.path())
+    assert e.value.errno == errno.EIO
+    log = view.log_text()
+    assert "no WebDAV PROPFIND" in log and "no HTML directory index page" in log, log[-2000:]
