@@ -7,7 +7,8 @@
 //! from shard existence alone would be cheaper, but then a directory could "exist" while
 //! holding nothing, which breaks clients that create a directory they believe missing.)
 //! With `.` separators every chunk file sits in the array directory itself, listed shard by
-//! shard.
+//! shard. On a store that cannot be listed (a web server without WebDAV or index pages), the
+//! shards of a directory are found by reading the index of each shard of the grid there.
 
 use super::{ChunkLocation, ShardError, ShardedArray};
 use crate::store::{DirEntry, EntryKind};
@@ -36,6 +37,11 @@ fn box_coords(lo: &[u64], hi: &[u64]) -> Vec<Vec<u64>> {
         }
     }
 }
+
+/// Most shards whose indexes a listing reads on a store that cannot be listed.
+const MAX_PROBE_SHARDS: u64 = 4096;
+/// Index reads in flight while probing.
+const SHARD_PROBES: usize = 16;
 
 fn file(name: String, size: u64, mtime_ns: Option<i128>) -> DirEntry {
     DirEntry::file(name, size, mtime_ns)
@@ -92,6 +98,9 @@ impl ShardedArray {
     /// Coordinates of the stored shards whose leading coordinates are `shard_prefix` (a walk of
     /// the shard directories below it; `/` separators).
     async fn shards_under(&self, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>, ShardError> {
+        if !self.store.capabilities().listable {
+            return self.probe_shards(shard_prefix).await;
+        }
         let mut found = Vec::new();
         let mut pending = vec![shard_prefix.to_vec()];
         while let Some(prefix) = pending.pop() {
@@ -111,6 +120,56 @@ impl ShardedArray {
             }
         }
         found.sort_unstable();
+        Ok(found)
+    }
+
+    /// The stored shards whose leading coordinates are `shard_prefix`, on a store that cannot
+    /// be listed: the index of every shard of the grid there is read (a few at a time; a
+    /// missing shard is one 404, and found indexes stay cached for what follows). Beyond
+    /// [`MAX_PROBE_SHARDS`] candidates nothing is probed and the listing is empty, with a
+    /// warning.
+    async fn probe_shards(&self, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>, ShardError> {
+        use futures::StreamExt;
+        let grid: Vec<u64> = self
+            .inner_grid
+            .iter()
+            .zip(&self.per_shard)
+            .map(|(&g, &k)| g.div_ceil(k.max(1)))
+            .collect();
+        let (mut lo, mut hi) = (
+            shard_prefix.to_vec(),
+            shard_prefix.iter().map(|c| c + 1).collect::<Vec<_>>(),
+        );
+        for &n in grid.iter().skip(shard_prefix.len()) {
+            lo.push(0);
+            hi.push(n);
+        }
+        let count = hi.iter().zip(&lo).map(|(h, l)| h.saturating_sub(*l)).product::<u64>();
+        if count > MAX_PROBE_SHARDS {
+            tracing::warn!(
+                array = %self.prefix,
+                shards = count,
+                "the store cannot be listed and this directory spans more than {MAX_PROBE_SHARDS} shards: not probing them, so it lists nothing (chunks can still be opened by name)"
+            );
+            return Ok(Vec::new());
+        }
+        let probes = futures::stream::iter(box_coords(&lo, &hi))
+            .map(|coords| async move {
+                let key = self.shard_key(&coords);
+                let found = self.top_index(&key, self.options.revalidate_after).await;
+                (coords, found)
+            })
+            .buffered(SHARD_PROBES)
+            .collect::<Vec<_>>()
+            .await;
+        let mut found = Vec::new();
+        for (coords, probe) in probes {
+            match probe {
+                Ok(Some(_)) | Err(ShardError::Corrupt { .. }) => found.push(coords),
+                Ok(None) => {}
+                Err(e) => return Err(e),
+            }
+        }
         Ok(found)
     }
 
@@ -228,7 +287,9 @@ impl ShardedArray {
     }
 
     fn exact_prefixes(&self) -> bool {
-        self.options.exact_prefix_dirs || self.written.load(std::sync::atomic::Ordering::Relaxed)
+        self.options.exact_prefix_dirs
+            || self.written.load(std::sync::atomic::Ordering::Relaxed)
+            || !self.store.capabilities().listable
     }
 
     /// A prefix directory listed from shard existence alone (one `list_dir`): each stored shard
@@ -253,7 +314,12 @@ impl ShardedArray {
     /// Every chunk file of an array whose chunk keys have no directories.
     async fn list_flat(&self) -> Result<Vec<DirEntry>, ShardError> {
         let mut out = Vec::new();
-        for shard in self.shards_in(&self.store.list_dir(&self.prefix).await?) {
+        let shards = if self.store.capabilities().listable {
+            self.shards_in(&self.store.list_dir(&self.prefix).await?)
+        } else {
+            self.probe_shards(&[]).await?
+        };
+        for shard in shards {
             for (coords, loc) in self.chunks_of_shard(&shard).await? {
                 out.push(file(self.encoding.encode(&coords), loc.nbytes, loc.mtime_ns));
             }

@@ -190,6 +190,10 @@ impl ListCache {
     }
 
     fn keep_dir(&self, prefix: &str, started: (Instant, u64), value: Vec<DirEntry>) {
+        // A source that cannot be listed answers with what it has found so far, which grows.
+        if !self.inner.capabilities().listable {
+            return;
+        }
         self.keep(started, value.len(), |state| state.dirs.put(prefix, started.0, value));
     }
 
@@ -322,7 +326,10 @@ impl Store for ListCache {
 
     async fn dir_exists(&self, prefix: &str) -> StoreResult<bool> {
         if let Some(kept) = self.kept_dir(prefix) {
-            return Ok(!kept.is_empty());
+            // An empty listing of an incomplete source does not say the directory is missing.
+            if self.complete || !kept.is_empty() {
+                return Ok(!kept.is_empty());
+            }
         }
         if let Some(listed) = self.listed(prefix) {
             return Ok(listed);

@@ -7,6 +7,7 @@ store directly with default arguments and checking data, shards and that the con
 metadata agrees with the arrays it describes."""
 import errno
 import json
+import os
 import shutil
 import time
 import warnings
@@ -185,6 +186,23 @@ def test_xarray_open_zarr_over_s3(remote, remote_view, xr_store, backend):
     import dask.array as da
 
     assert_same_array(da.from_zarr(str(view.path("t"))).compute(), ds.t.values, "dask over s3")
+
+
+@pytest.mark.parametrize("index", [True, False], ids=["autoindex", "no-listing"])
+def test_xarray_open_zarr_over_plain_http(remote, mounter, xr_store, index):  # noqa: F811
+    """A web server without WebDAV, with directory index pages or with no listing at all: the
+    consolidated metadata names every node, so xarray's defaults open the dataset, and `ls`
+    of the groups shows every node."""
+    import seed_remote as SR
+    root, ds = xr_store
+    remote.ensure("http")
+    prefix = remote.seed("http", root, "xr")
+    view = mounter(SR.http_plain_url(prefix, index=index), "--read-only")
+    assert {"t", "q", "x", "y", "sub", "zarr.json"} <= set(os.listdir(view.path()))
+    assert "deep" in os.listdir(view.path("sub"))
+    assert_dataset(xr.open_zarr(view.path()), ds, f"xr.open_zarr over plain HTTP ({index=})")
+    assert_same_array(zarr.open_group(view.path())["sub/deep"][...], np.arange(20, dtype="u2"),
+                      "zarr-python, nested group")
 
 
 # ---------------------------------------------------------------------------------------------

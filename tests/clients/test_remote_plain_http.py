@@ -99,14 +99,44 @@ def test_a_url_without_zarr_fails_at_mount_naming_it(zarrfs_bin, remote, tmp_pat
         assert url in res.stderr and "zarr.json: not found (404)" in res.stderr, res.stderr
 
 
-def test_without_index_pages_listings_fail_clearly(plain_view):
-    """A server with neither WebDAV nor index pages: the mount starts (its root has zarr.json),
-    and a listing fails with EIO and a log line that says what was tried. (Discovery without
-    listings is not there yet.)"""
+@pytest.mark.parametrize("path", manifest_entries())
+@pytest.mark.parametrize("client", sorted(READERS))
+def test_without_listings_arrays_read_by_name(plain_view, tree, client, path):
+    """A server with neither WebDAV nor index pages: nodes are found by their metadata, chunks
+    through their shards' indexes, and every array reads as written."""
     view = plain_view(index=False)
-    assert (view.path() / "zarr.json").read_bytes()
-    with pytest.raises(OSError) as e:
-        os.listdir(view.path())
-    assert e.value.errno == errno.EIO
+    got = READERS[client](view.path(path))
+    assert_same_array(got, tree.expected(tree.array(path)), f"{client} without listings {path}")
+    assert view.alive()
+
+
+@pytest.mark.parametrize("path", COPIED)
+def test_without_listings_cp_r_of_a_sharded_array_is_complete(plain_view, tree, path, tmp_path):
+    """The chunk directories of a sharded array are listed by reading the indexes of the grid's
+    shards, so `cp -r` gives the complete unsharded copy, at one request per shard."""
+    view = plain_view(index=False)
+    dest = tmp_path / "copy"
+    before = mount_stats(view.path())
+    res = subprocess.run(["cp", "-r", str(view.path(path)), str(dest)], capture_output=True,
+                         text=True, timeout=240)
+    assert res.returncode == 0, f"cp -r failed: {res.stderr}"
+    copied = {k: p.read_bytes() for k, p in walk_files(dest).items() if k != "zarr.json"}
+    assert copied == si.expected_chunk_files(si.load_layout(tree.root / path))
+    for client, read in sorted(READERS.items()):
+        assert_same_array(read(dest), tree.expected(tree.array(path)), f"{client} on the copy")
+    grid = si.load_layout(tree.root / path)
+    shards = len(si.stored_shards(grid))
+    d = {k: mount_stats(view.path())[k] - before[k] for k in ("get", "http_requests")}
+    print(f"{path}: {shards} stored shards, {d}")
+    assert d["http_requests"] <= 4 * (shards + 8), d
+
+
+def test_without_listings_a_listing_shows_what_was_found(plain_view):
+    """`ls` shows what has been found so far, and the log says why listings are partial."""
+    view = plain_view(index=False)
+    assert os.listdir(view.path()) == ["zarr.json"]
+    assert (view.path("zp/i16_2d_nested") / "zarr.json").is_file()
+    assert "zp" in os.listdir(view.path())
     log = view.log_text()
     assert "no WebDAV PROPFIND" in log and "no HTML directory index page" in log, log[-2000:]
+    assert "a listing shows only what has been found" in log

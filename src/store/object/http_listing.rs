@@ -20,6 +20,25 @@ use crate::store::EntryKind;
 pub(super) const LISTING_UNKNOWN: u8 = 0;
 const LISTING_WEBDAV: u8 = 1;
 const LISTING_INDEX: u8 = 2;
+/// Neither: what exists is found by asking (see [`super::discovery`]).
+pub(super) const LISTING_NONE: u8 = 3;
+
+/// Why an index page could not be read.
+#[derive(Debug)]
+pub(super) enum PageError {
+    /// The server answered, with this status: it shows no page there.
+    Refused(http::StatusCode, String),
+    /// The request failed (connection, timeout, a broken body).
+    Failed(String),
+}
+
+impl std::fmt::Display for PageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PageError::Refused(_, message) | PageError::Failed(message) => f.write_str(message),
+        }
+    }
+}
 
 /// HEAD requests in flight for the sizes of one index page's files.
 const SIZE_LOOKUPS: usize = 8;
@@ -41,33 +60,48 @@ impl IndexPages {
     }
 
     /// The page of the directory at `path`; `Ok(None)` when there is no such directory.
-    async fn get(&self, path: &Path) -> Result<Option<bytes::Bytes>, String> {
+    pub(super) async fn get(&self, path: &Path) -> Result<Option<bytes::Bytes>, PageError> {
         let mut url = self.base.clone();
         if let Ok(mut segments) = url.path_segments_mut() {
             segments.pop_if_empty().extend(path.parts()).push("");
         }
         let request = http::Request::get(url.as_str())
             .body(HttpRequestBody::empty())
-            .map_err(|e| e.to_string())?;
-        let response = self.client.execute(request).await.map_err(|e| e.to_string())?;
+            .map_err(|e| PageError::Failed(e.to_string()))?;
+        let response = self
+            .client
+            .execute(request)
+            .await
+            .map_err(|e| PageError::Failed(e.to_string()))?;
         let status = response.status();
         if status == http::StatusCode::NOT_FOUND {
             return Ok(None);
         }
         if !status.is_success() {
-            return Err(format!("{url}: {status}"));
+            return Err(PageError::Refused(status, format!("{url}: {status}")));
         }
-        let body = response.into_body().bytes().await.map_err(|e| e.to_string())?;
+        let body = response
+            .into_body()
+            .bytes()
+            .await
+            .map_err(|e| PageError::Failed(e.to_string()))?;
         Ok(Some(body))
     }
 }
 
 impl ObjectBackend {
-    /// `list_dir` of an HTTP source: WebDAV when the server offers it, else its index pages.
+    /// `list_dir` of an HTTP source: WebDAV when the server offers it, else its index pages,
+    /// else what has been found (a source that cannot be listed).
     pub(super) async fn list_dir_http(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
         let way = self.listing.load(Ordering::Relaxed);
+        if way == LISTING_NONE {
+            return Ok(self.partial_listing(prefix));
+        }
         if way == LISTING_INDEX {
-            return self.list_dir_from_index(prefix).await;
+            return self
+                .list_dir_from_index(prefix)
+                .await
+                .map_err(|e| self.page_error(prefix, e));
         }
         let webdav = self.list_dir_webdav(prefix).await;
         match webdav {
@@ -86,6 +120,19 @@ impl ObjectBackend {
                     self.listing.store(LISTING_INDEX, Ordering::Relaxed);
                     Ok(entries)
                 }
+                Err(PageError::Refused(_, refused)) => {
+                    tracing::warn!(
+                        source = %self.name,
+                        "the server lists no directory: no WebDAV PROPFIND ({}) and no HTML directory index page ({}). \
+                         Nodes and chunks are found by name (their metadata and shard indexes); \
+                         a listing shows only what has been found so far",
+                        first_line(&webdav_error.to_string()),
+                        first_line(&refused),
+                    );
+                    self.listing.store(LISTING_NONE, Ordering::Relaxed);
+                    self.learn_consolidated().await;
+                    Ok(self.partial_listing(prefix))
+                }
                 Err(index_error) => Err(StoreError::io(
                     prefix,
                     std::io::Error::other(format!(
@@ -99,15 +146,17 @@ impl ObjectBackend {
         }
     }
 
+    fn page_error(&self, prefix: &str, e: PageError) -> StoreError {
+        StoreError::io(prefix, std::io::Error::other(self.scrubbed(e.to_string())))
+    }
+
     /// The direct children of a directory from its index page; a missing directory is empty.
-    async fn list_dir_from_index(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+    async fn list_dir_from_index(&self, prefix: &str) -> Result<Vec<DirEntry>, PageError> {
         let Some(pages) = &self.index_pages else {
-            return Err(StoreError::Unsupported("directory index pages"));
+            return Err(PageError::Failed("no client for index pages".into()));
         };
-        let page = match pages.get(&self.raw_path(prefix)).await {
-            Ok(Some(page)) => page,
-            Ok(None) => return Ok(Vec::new()),
-            Err(e) => return Err(StoreError::io(prefix, std::io::Error::other(self.scrubbed(e)))),
+        let Some(page) = pages.get(&self.raw_path(prefix)).await? else {
+            return Ok(Vec::new());
         };
         if !html_index::is_html(&page) {
             // The URL names a stored file, not a directory: nothing is below it.
@@ -121,7 +170,7 @@ impl ObjectBackend {
             .await;
         let mut out = Vec::with_capacity(sized.len());
         for entry in sized {
-            out.extend(entry?);
+            out.extend(entry.map_err(|e| PageError::Failed(e.to_string()))?);
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)

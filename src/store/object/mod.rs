@@ -31,6 +31,7 @@ use super::{
 };
 
 /// Which service, where behaviour differs.
+mod discovery;
 mod errors;
 mod html_index;
 pub mod http_listing;
@@ -63,6 +64,8 @@ pub struct ObjectBackend {
     listing: std::sync::atomic::AtomicU8,
     /// HTTP sources: the client that reads directory index pages.
     index_pages: Option<http_listing::IndexPages>,
+    /// HTTP sources that cannot be listed: the keys found so far (see [`discovery`]).
+    discovered: discovery::Discovered,
 }
 
 impl ObjectBackend {
@@ -79,6 +82,7 @@ impl ObjectBackend {
             secrets: Vec::new(),
             listing: std::sync::atomic::AtomicU8::new(http_listing::LISTING_UNKNOWN),
             index_pages: None,
+            discovered: discovery::Discovered::default(),
         }
     }
 
@@ -199,7 +203,7 @@ impl Store for ObjectBackend {
         Capabilities {
             readable: true,
             writable: self.writable,
-            listable: true,
+            listable: !self.discovering(),
             // If-Match / generation / create-only: every writable backend (HTTP is read-only).
             conditional_writes: self.writable,
         }
@@ -211,6 +215,10 @@ impl Store for ObjectBackend {
         for _ in 0..4 {
             match self.get_attempt(key, &opts).await {
                 Err(StoreError::VersionMismatch { .. }) if opts.if_version.is_none() => continue,
+                Ok(Some(got)) => {
+                    self.remember(key, got.meta.size);
+                    return Ok(Some(got));
+                }
                 other => return other,
             }
         }
@@ -223,7 +231,23 @@ impl Store for ObjectBackend {
 
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
         let path = self.path(key)?;
-        Ok(self.size_of(&path, key).await?.map(|m| self.meta_of(&m)))
+        match self.size_of(&path, key).await {
+            Ok(Some(m)) => {
+                self.remember(key, m.size);
+                Ok(Some(self.meta_of(&m)))
+            }
+            Ok(None) => Ok(None),
+            // A directory the server will not list (see `discovery`).
+            Err(StoreError::PermissionDenied { .. }) if self.discovering() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn dir_exists(&self, prefix: &str) -> StoreResult<bool> {
+        if self.discovering() {
+            return self.probe_dir(prefix).await;
+        }
+        Ok(prefix.is_empty() || !self.list_dir(prefix).await?.is_empty())
     }
 
     async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
