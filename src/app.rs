@@ -15,6 +15,7 @@ use crate::fuse::session::{self, MountConfig};
 use crate::store::counting::CountingStore;
 use crate::store::list_cache::ListCache;
 use crate::store::local::LocalStore;
+use crate::store::missing_cache::MissingCache;
 use crate::store::transport::WireStats;
 use crate::store::Store;
 use crate::view::{View, ViewOptions};
@@ -257,9 +258,11 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     runtime.block_on(check_reachable(&*backend, &settings.source))?;
     let counters = Arc::new(CountingStore::new(backend));
     let store: Arc<dyn Store> = match &settings.source {
-        // Remote listings are slow and asked for again and again: kept for the metadata TTL.
+        // Remote listings are slow and asked for again and again, and so are names that do not
+        // exist: both kept for the metadata TTL.
         SourceSpec::Remote { url, .. } => {
-            let cache = ListCache::new(counters.clone(), settings.metadata_ttl);
+            let missing = Arc::new(MissingCache::new(counters.clone(), settings.metadata_ttl));
+            let cache = ListCache::new(missing, settings.metadata_ttl);
             Arc::new(if crate::store::remote::is_http_url(url) {
                 cache.incomplete_listings()
             } else {

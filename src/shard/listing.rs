@@ -156,6 +156,7 @@ impl ShardedArray {
         let probes = futures::stream::iter(box_coords(&lo, &hi))
             .map(|coords| async move {
                 let key = self.shard_key(&coords);
+                super::ShardStats::add(&self.options.stats.probes);
                 let found = self.top_index(&key, self.options.revalidate_after).await;
                 (coords, found)
             })

@@ -1,5 +1,6 @@
-//! Counters of the sharding layer, published with the store's request counters (`zarrfs stats`): index and shard-data cache hits and misses, and shard commits
-//! with the conflicts (lost races, retried) they met.
+//! Counters of the sharding layer, published with the store's request counters (`zarrfs
+//! stats`): index and shard-data cache hits and misses, shard commits with the conflicts (lost
+//! races, retried) they met, and shards looked for on a store that cannot be listed.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -11,6 +12,8 @@ pub struct ShardStats {
     pub data_misses: AtomicU64,
     pub commits: AtomicU64,
     pub conflicts: AtomicU64,
+    /// Shards whose index a listing read because the store could not list them.
+    pub probes: AtomicU64,
 }
 
 impl ShardStats {
@@ -28,6 +31,7 @@ impl ShardStats {
             ("data_cache_misses", &self.data_misses),
             ("shard_commits", &self.commits),
             ("commit_conflicts", &self.conflicts),
+            ("shard_probes", &self.probes),
         ] {
             out.insert(name.to_string(), counter.load(Relaxed).into());
         }

@@ -21,6 +21,7 @@ pub mod list_cache;
 pub mod local;
 mod lock;
 pub mod memory;
+pub mod missing_cache;
 pub mod object;
 pub mod remote;
 mod sweep;

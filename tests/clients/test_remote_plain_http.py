@@ -140,3 +140,20 @@ def test_without_listings_a_listing_shows_what_was_found(plain_view):
     log = view.log_text()
     assert "no WebDAV PROPFIND" in log and "no HTML directory index page" in log, log[-2000:]
     assert "a listing shows only what has been found" in log
+
+
+def test_without_listings_a_missing_name_is_asked_for_once(plain_view):
+    """Negative results are kept for the metadata TTL: looking up a name that does not exist
+    again sends nothing. The shards read to list a chunk directory are counted."""
+    view = plain_view(index=False)
+    missing = view.path("zp/no_such_array")
+    assert not missing.exists()
+    assert not (view.path("zp") / ".zarray").exists()
+    before = mount_stats(view.path())
+    for _ in range(3):
+        assert not missing.exists()
+        assert not (view.path("zp") / ".zarray").exists()
+    after = mount_stats(view.path())
+    assert after["http_requests"] == before["http_requests"], (before, after)
+    os.listdir(view.path("zp/i16_2d_nested/c"))
+    assert mount_stats(view.path())["shard_probes"] > after["shard_probes"]
