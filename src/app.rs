@@ -290,6 +290,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         prefetch_bytes: settings.prefetch_bytes,
         metadata_ttl: settings.metadata_ttl,
         remote,
+        max_probe_shards: settings.max_probe_shards,
     };
     let view = View::new(store, &options);
     let mut fs_config = FsConfig::read_only(

@@ -125,6 +125,10 @@ pub struct MountArgs {
     /// Anonymous access (public datasets): requests are not signed.
     #[arg(long, help_heading = "Remote sources")]
     pub no_sign_request: bool,
+    /// Web servers that list no directory: the most shards whose indexes one chunk
+    /// directory's listing reads (default 4096); beyond it the directory lists nothing.
+    #[arg(long, value_name = "N", help_heading = "Remote sources")]
+    pub max_probe_shards: Option<u64>,
     /// NAME[=VALUE],...: mount options (ro, allow_other, uid=N, ...), the options here by name
     /// (view=raw, cache_size=1G) and object_store client keys; the rule is in --help.
     #[arg(short = 'o', value_name = "OPTIONS", value_parser = parse_key_value, help_heading = "Process")]
@@ -291,6 +295,8 @@ pub struct MountSettings {
     pub metadata_ttl: Duration,
     /// Serve the `user.zarrfs.*` extended attributes.
     pub xattr: bool,
+    /// Most shard indexes read to list one chunk directory of a source that cannot be listed.
+    pub max_probe_shards: u64,
     /// Mount even where a mount point already is.
     pub stack: bool,
 }
@@ -343,6 +349,7 @@ impl MountArgs {
                 .metadata_ttl
                 .unwrap_or(Duration::from_secs(if remote { 60 } else { 1 })),
             xattr: self.xattr,
+            max_probe_shards: self.max_probe_shards.unwrap_or(crate::shard::DEFAULT_MAX_PROBE_SHARDS),
             stack: self.stack,
         })
     }

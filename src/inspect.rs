@@ -64,6 +64,14 @@ pub async fn inspect(store: Arc<dyn Store>) -> Result<Report> {
             }
         }
     }
+    if !store.capabilities().listable {
+        report.problems.push(
+            "the source cannot be listed (a web server with neither WebDAV nor directory index pages): \
+             groups come from the root's consolidated metadata and chunks from reading every shard index \
+             of each grid, so what is not named there is missing from this report"
+                .to_string(),
+        );
+    }
     report.groups.sort();
     report.arrays.sort_by(|a, b| a.path.cmp(&b.path));
     for (dir, mut doc) in consolidated {

@@ -43,6 +43,10 @@ pub struct ShardOptions {
     /// this mount writes to are always exact: a client creating a directory it just saw
     /// missing must not find it "already there".
     pub exact_prefix_dirs: bool,
+    /// On a store that cannot be listed, the most shards whose indexes one chunk directory's
+    /// listing reads to find its chunks; beyond it the directory lists nothing (with a
+    /// warning), and its chunks can still be opened by name.
+    pub max_probe_shards: u64,
     /// Cache and commit counters, shared by the arrays of a mount.
     pub stats: Arc<super::ShardStats>,
 }
@@ -55,6 +59,7 @@ impl Default for ShardOptions {
             data_cache: None,
             revalidate_on_open: true,
             exact_prefix_dirs: true,
+            max_probe_shards: super::DEFAULT_MAX_PROBE_SHARDS,
             stats: Default::default(),
         }
     }

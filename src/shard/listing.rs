@@ -38,8 +38,9 @@ fn box_coords(lo: &[u64], hi: &[u64]) -> Vec<Vec<u64>> {
     }
 }
 
-/// Most shards whose indexes a listing reads on a store that cannot be listed.
-const MAX_PROBE_SHARDS: u64 = 4096;
+/// Most shards whose indexes a listing reads on a store that cannot be listed, unless the
+/// mount says otherwise (`--max-probe-shards`).
+pub const DEFAULT_MAX_PROBE_SHARDS: u64 = 4096;
 /// Index reads in flight while probing.
 const SHARD_PROBES: usize = 16;
 
@@ -83,7 +84,13 @@ impl ShardedArray {
             let shard_dir = self.shard_dir(&self.shard_prefix_of(prefix));
             return Ok(!self.store.list_dir(&shard_dir).await?.is_empty());
         }
-        for shard in self.shards_under(&self.shard_prefix_of(prefix)).await? {
+        let shard_prefix = self.shard_prefix_of(prefix);
+        if !self.store.capabilities().listable && self.probe_box(&shard_prefix).2 > self.options.max_probe_shards {
+            // Too many shards to look for: the directory is taken to exist (it is inside the
+            // grid), so that its chunks can be opened by name; it lists nothing.
+            return Ok(true);
+        }
+        for shard in self.shards_under(&shard_prefix).await? {
             match self.present_in_shard(&shard, self.slice_of_shard(&shard, prefix)).await {
                 Ok(present) if present.is_empty() => {}
                 Ok(_) => return Ok(true),
@@ -126,30 +133,17 @@ impl ShardedArray {
     /// The stored shards whose leading coordinates are `shard_prefix`, on a store that cannot
     /// be listed: the index of every shard of the grid there is read (a few at a time; a
     /// missing shard is one 404, and found indexes stay cached for what follows). Beyond
-    /// [`MAX_PROBE_SHARDS`] candidates nothing is probed and the listing is empty, with a
+    /// `max_probe_shards` candidates nothing is probed and the listing is empty, with a
     /// warning.
     async fn probe_shards(&self, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>, ShardError> {
         use futures::StreamExt;
-        let grid: Vec<u64> = self
-            .inner_grid
-            .iter()
-            .zip(&self.per_shard)
-            .map(|(&g, &k)| g.div_ceil(k.max(1)))
-            .collect();
-        let (mut lo, mut hi) = (
-            shard_prefix.to_vec(),
-            shard_prefix.iter().map(|c| c + 1).collect::<Vec<_>>(),
-        );
-        for &n in grid.iter().skip(shard_prefix.len()) {
-            lo.push(0);
-            hi.push(n);
-        }
-        let count = hi.iter().zip(&lo).map(|(h, l)| h.saturating_sub(*l)).product::<u64>();
-        if count > MAX_PROBE_SHARDS {
+        let (lo, hi, count) = self.probe_box(shard_prefix);
+        let limit = self.options.max_probe_shards;
+        if count > limit {
             tracing::warn!(
                 array = %self.prefix,
                 shards = count,
-                "the store cannot be listed and this directory spans more than {MAX_PROBE_SHARDS} shards: not probing them, so it lists nothing (chunks can still be opened by name)"
+                "the store cannot be listed and this directory spans more than --max-probe-shards {limit} shards: not probing them, so it lists nothing (its chunks can still be opened by name)"
             );
             return Ok(Vec::new());
         }
@@ -172,6 +166,26 @@ impl ShardedArray {
             }
         }
         Ok(found)
+    }
+
+    /// The box of shard coordinates of the grid whose leading coordinates are `shard_prefix`,
+    /// and how many shards it holds.
+    fn probe_box(&self, shard_prefix: &[u64]) -> (Vec<u64>, Vec<u64>, u64) {
+        let grid = self
+            .inner_grid
+            .iter()
+            .zip(&self.per_shard)
+            .map(|(&g, &k)| g.div_ceil(k.max(1)));
+        let (mut lo, mut hi) = (
+            shard_prefix.to_vec(),
+            shard_prefix.iter().map(|c| c + 1).collect::<Vec<_>>(),
+        );
+        for n in grid.skip(shard_prefix.len()) {
+            lo.push(0);
+            hi.push(n);
+        }
+        let count = hi.iter().zip(&lo).map(|(h, l)| h.saturating_sub(*l)).product::<u64>();
+        (lo, hi, count)
     }
 
     /// The inner chunks of a shard whose leading coordinates are `prefix`, in C order.

@@ -24,4 +24,5 @@ pub use array::{ChunkLocation, ShardOptions, ShardedArray};
 pub use data_cache::DataCache;
 pub use error::{Corruption, ShardError};
 pub use index_cache::IndexCache;
+pub use listing::DEFAULT_MAX_PROBE_SHARDS;
 pub use stats::ShardStats;

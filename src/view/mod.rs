@@ -82,6 +82,7 @@ impl View {
             },
             revalidate_on_open: !options.remote,
             exact_prefix_dirs: !options.remote,
+            max_probe_shards: options.max_probe_shards,
             data_cache,
             stats: Arc::new(ShardStats::default()),
         };

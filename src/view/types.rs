@@ -34,6 +34,9 @@ pub struct ViewOptions {
     /// TTL on open too, prefix directories come from shard listings, stored files are read
     /// ahead `prefetch_bytes` at a time.
     pub remote: bool,
+    /// On a source that cannot be listed, the most shards whose indexes a chunk directory's
+    /// listing reads (see `ShardOptions::max_probe_shards`).
+    pub max_probe_shards: u64,
 }
 
 impl Default for ViewOptions {
@@ -45,6 +48,7 @@ impl Default for ViewOptions {
             prefetch_bytes: 0,
             metadata_ttl: Duration::from_secs(1),
             remote: false,
+            max_probe_shards: crate::shard::DEFAULT_MAX_PROBE_SHARDS,
         }
     }
 }

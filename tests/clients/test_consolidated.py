@@ -203,6 +203,10 @@ def test_xarray_open_zarr_over_plain_http(remote, mounter, xr_store, index):  # 
     assert_dataset(xr.open_zarr(view.path()), ds, f"xr.open_zarr over plain HTTP ({index=})")
     assert_same_array(zarr.open_group(view.path())["sub/deep"][...], np.arange(20, dtype="u2"),
                       "zarr-python, nested group")
+    report = run_zarrfs(view.binary, "inspect", SR.http_plain_url(prefix, index=index)).stdout
+    for node in ("array /t", "array /q", "array /sub/deep", "group /sub"):
+        assert node in report, report
+    assert ("cannot be listed" in report) == (not index), report
 
 
 # ---------------------------------------------------------------------------------------------

@@ -157,3 +157,17 @@ def test_without_listings_a_missing_name_is_asked_for_once(plain_view):
     assert after["http_requests"] == before["http_requests"], (before, after)
     os.listdir(view.path("zp/i16_2d_nested/c"))
     assert mount_stats(view.path())["shard_probes"] > after["shard_probes"]
+
+
+def test_without_listings_max_probe_shards_bounds_a_listing(mounter, remote, tree):  # noqa: F811
+    """Beyond --max-probe-shards, a chunk directory lists nothing (with a warning naming the
+    option) instead of reading every shard index; its chunks still open by name."""
+    remote.ensure("http")
+    url = SR.http_plain_url(remote.view_prefix("http"), index=False)
+    view = mounter(url, "--read-only", "--max-probe-shards", "1")
+    path = "zp/i16_2d_nested"
+    expected = si.expected_chunk_files(si.load_layout(tree.root / path))
+    key, data = sorted(expected.items())[0]
+    assert os.listdir(view.path(f"{path}/c")) == []
+    assert "--max-probe-shards 1" in view.log_text()
+    assert (view.path(path) / key).read_bytes() == data
