@@ -41,6 +41,8 @@ pub struct WireCounts {
     pub http_failures: u64,
     /// Requests that repeat one that failed.
     pub retries: u64,
+    /// Directories looked for by name on a source that cannot be listed (a few requests each).
+    pub dir_probes: u64,
 }
 
 #[derive(Debug)]
@@ -48,6 +50,7 @@ pub struct WireStats {
     requests: AtomicU64,
     failures: AtomicU64,
     retries: AtomicU64,
+    dir_probes: AtomicU64,
     /// As the client is configured: retries per operation, and their time budget.
     max_retries: u32,
     budget: Duration,
@@ -70,6 +73,7 @@ impl WireStats {
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            dir_probes: AtomicU64::new(0),
             max_retries: u32::try_from(max_retries).unwrap_or(u32::MAX),
             budget,
             failed: Mutex::new(HashMap::new()),
@@ -81,7 +85,13 @@ impl WireStats {
             http_requests: self.requests.load(Relaxed),
             http_failures: self.failures.load(Relaxed),
             retries: self.retries.load(Relaxed),
+            dir_probes: self.dir_probes.load(Relaxed),
         }
+    }
+
+    /// A directory is looked for by name (a source that cannot be listed).
+    pub fn probed(&self) {
+        self.dir_probes.fetch_add(1, Relaxed);
     }
 
     fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {

@@ -175,6 +175,26 @@ def test_every_fixture_array_through_consolidated_metadata(mounter, tree, consol
     assert "consolidated" not in report, report
 
 
+def test_a_subgroup_consolidated_on_its_own_lists_without_listings(remote, mounter, xr_store,
+                                                                    tmp_path):  # noqa: F811
+    """No listing at all, and only a subgroup carries consolidated metadata: once the subgroup
+    is reached by name, its listing shows the nodes it names."""
+    import seed_remote as SR
+    root, _ = xr_store
+    copy = tmp_path / "ds.zarr"
+    shutil.copytree(root, copy)
+    doc = load_json(copy / "zarr.json")
+    doc.pop("consolidated_metadata", None)
+    (copy / "zarr.json").write_text(json.dumps(doc))
+    remote.ensure("http")
+    prefix = remote.seed("http", copy, "sub-consolidated")
+    view = mounter(SR.http_plain_url(prefix, index=False), "--read-only")
+    assert os.listdir(view.path()) == ["zarr.json"]
+    assert "deep" in os.listdir(view.path("sub"))
+    assert_same_array(zarr.open_array(view.path("sub/deep"))[...], np.arange(20, dtype="u2"),
+                      "zarr-python, consolidated subgroup")
+
+
 @pytest.mark.parametrize("backend", ["s3"])
 def test_xarray_open_zarr_over_s3(remote, remote_view, xr_store, backend):
     root, ds = xr_store

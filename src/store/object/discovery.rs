@@ -3,9 +3,10 @@
 //! names every chunk key), so such a source is still mounted, and what exists is found by
 //! asking for it:
 //!
-//! - the root's consolidated metadata (the `consolidated_metadata` of a v3 `zarr.json`, a v2
-//!   `.zmetadata`), read once, names every node of the hierarchy: their directories are known
-//!   from the start, so groups list their children and xarray finds every array;
+//! - consolidated metadata (the `consolidated_metadata` of a v3 `zarr.json`, a v2
+//!   `.zmetadata`) names the nodes below its group: the root's is read at once, a subgroup's
+//!   when its document is read; their directories are then known, so groups list their
+//!   children and xarray finds every array;
 //! - a key read or HEADed successfully is remembered, and a listing shows what has been found
 //!   under a directory so far (the log says once that listings are partial, and why);
 //! - a directory exists when something below it is known, when the server answers its URL
@@ -129,20 +130,48 @@ impl ObjectBackend {
 
     /// Read the root's consolidated metadata, if any, and know the directories it names.
     pub(super) async fn learn_consolidated(&self) {
-        let mut learned = 0;
         for key in ["zarr.json", ".zmetadata"] {
-            let Ok(Some(got)) = self.get(key, GetOptions::default()).await else {
-                continue;
-            };
-            let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&got.bytes) else {
-                continue;
-            };
-            let dirs = consolidated_dirs(&doc);
-            learned += dirs.len();
-            self.discovered.dirs().extend(dirs);
+            // `get` learns from what it reads (see `learn_from`).
+            let _ = self.get(key, GetOptions::default()).await;
         }
-        if learned > 0 {
-            tracing::info!(source = %self.name, directories = learned, "listing from the root's consolidated metadata");
+    }
+
+    /// A group's metadata document read whole on a source that cannot be listed: the nodes its
+    /// consolidated metadata names, if any, below the group's directory, become known (so a
+    /// subgroup consolidated on its own lists too).
+    pub(super) fn learn_from(&self, key: &str, bytes: &[u8]) {
+        let (dir, name) = key.rsplit_once('/').map_or(("", key), |(d, n)| (d, n));
+        if !self.discovering() || !(name == "zarr.json" || name == ".zmetadata") {
+            return;
+        }
+        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+            return;
+        };
+        let base = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let dirs: Vec<String> = consolidated_dirs(&doc)
+            .into_iter()
+            .map(|d| format!("{base}{d}"))
+            .collect();
+        if dirs.is_empty() {
+            return;
+        }
+        let mut known = self.discovered.dirs();
+        let before = known.len();
+        if !base.is_empty() {
+            known.insert(base);
+        }
+        known.extend(dirs);
+        if known.len() > before {
+            tracing::info!(
+                source = %self.name,
+                group = dir,
+                directories = known.len() - before,
+                "listing from the group's consolidated metadata"
+            );
         }
     }
 
@@ -153,6 +182,9 @@ impl ObjectBackend {
         }
         if self.discovered.has_below(prefix) {
             return Ok(true);
+        }
+        if let Some(wire) = &self.wire {
+            wire.probed();
         }
         if let Some(pages) = &self.index_pages {
             match pages.get(&self.raw_path(prefix)).await {

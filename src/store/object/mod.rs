@@ -217,6 +217,9 @@ impl Store for ObjectBackend {
                 Err(StoreError::VersionMismatch { .. }) if opts.if_version.is_none() => continue,
                 Ok(Some(got)) => {
                     self.remember(key, got.meta.size);
+                    if opts.range.is_none() {
+                        self.learn_from(key, &got.bytes);
+                    }
                     return Ok(Some(got));
                 }
                 other => return other,
