@@ -8,18 +8,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenAccMode,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle;
 
 use super::reply::{self, file_attr, ErrorReply};
 use super::request::op;
 use crate::fs::{Fs, FsError};
-
-/// Requests the kernel may have in flight at once (reads are asynchronous).
-const MAX_BACKGROUND: u16 = 64;
 
 pub struct ZarrFuse {
     pub(super) fs: Arc<Fs>,
@@ -40,20 +37,7 @@ impl ZarrFuse {
 
 impl Filesystem for ZarrFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Both are optional: an older kernel without them still works, only slower.
-        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
-        // O_TRUNC arrives with OPEN instead of as a separate SETATTR.
-        let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
-        let _ = config.set_max_background(MAX_BACKGROUND);
-        if self.fs.config().no_open && !self.fs.config().writable {
-            // Both or neither: without dropping pages whose file changed, keeping them across
-            // opens would serve stale data.
-            let flags = InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_AUTO_INVAL_DATA;
-            match config.add_capabilities(flags) {
-                Ok(()) => self.no_open = true,
-                Err(missing) => tracing::info!(?missing, "the kernel opens every file (no zero-message opens)"),
-            }
-        }
+        self.no_open = super::capabilities::negotiate(config, self.fs.config());
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! The FUSE boundary: the fuser adapter ([`adapter`]) and the mount session ([`session`]).
 
 pub mod adapter;
+mod capabilities;
 pub mod mount_table;
 pub mod reply;
 mod request;

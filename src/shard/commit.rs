@@ -104,15 +104,10 @@ impl ShardedArray {
                 waits.push((shard_key, done));
             }
         }
-        if start.len() == 1 && crate::threads::beside_runtime() {
-            for shard_key in start {
-                self.commit_first_batch(shard_key).await;
-            }
-        } else {
-            for shard_key in start {
-                let array = self.clone();
-                tokio::spawn(async move { array.drain(shard_key).await });
-            }
+        match <[String; 1]>::try_from(start) {
+            Ok([shard_key]) if crate::threads::beside_runtime() => self.commit_first_batch(shard_key).await,
+            Ok(one) => self.spawn_drains(one.into()),
+            Err(several) => self.spawn_drains(several),
         }
         for (shard_key, done) in waits {
             match done.await {
@@ -172,6 +167,14 @@ impl ShardedArray {
                 lo.saturating_add(k).min(self.inner_grid[d]).saturating_sub(lo)
             })
             .product()
+    }
+
+    /// Commit the queues of these shards, each in a task of its own (concurrently).
+    fn spawn_drains(self: &Arc<Self>, shard_keys: Vec<String>) {
+        for shard_key in shard_keys {
+            let array = self.clone();
+            tokio::spawn(async move { array.drain(shard_key).await });
+        }
     }
 
     /// Commit batches of queued changes of one shard until none are left.

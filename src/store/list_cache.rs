@@ -19,11 +19,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use lru::LruCache;
 
-use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Precondition, Store, StoreResult, Version};
+use super::invalidating::invalidating_store;
+
+use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult};
 
 /// Entries (names) held across all listings kept.
 const MAX_ENTRIES: usize = 1 << 18;
@@ -241,7 +241,7 @@ impl ListCache {
     }
 }
 
-#[async_trait]
+invalidating_store! {
 #[deny(clippy::missing_trait_methods)]
 impl Store for ListCache {
     fn capabilities(&self) -> Capabilities {
@@ -262,46 +262,6 @@ impl Store for ListCache {
 
     async fn get_partial_values(&self, requests: &[(String, super::ByteRange)]) -> StoreResult<Vec<Option<GetResult>>> {
         self.inner.get_partial_values(requests).await
-    }
-
-    async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
-        let result = self.inner.set(key, value).await;
-        self.changed(key);
-        result
-    }
-
-    async fn set_partial_values(&self, values: &[(String, u64, Bytes)]) -> StoreResult<()> {
-        let result = self.inner.set_partial_values(values).await;
-        for (key, _, _) in values {
-            self.changed(key);
-        }
-        result
-    }
-
-    async fn erase(&self, key: &str) -> StoreResult<()> {
-        let result = self.inner.erase(key).await;
-        self.changed(key);
-        result
-    }
-
-    async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
-        let result = self.inner.set_if(key, value, condition).await;
-        self.changed(key);
-        result
-    }
-
-    async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
-        let result = self.inner.erase_if(key, condition).await;
-        self.changed(key);
-        result
-    }
-
-    async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {
-        let result = self.inner.erase_values(keys).await;
-        for key in keys {
-            self.changed(key);
-        }
-        result
     }
 
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
@@ -337,36 +297,10 @@ impl Store for ListCache {
         self.inner.dir_exists(prefix).await
     }
 
-    async fn create_dir(&self, prefix: &str) -> StoreResult<()> {
-        let result = self.inner.create_dir(prefix).await;
-        self.changed(prefix);
-        result
-    }
-
-    async fn remove_dir(&self, prefix: &str) -> StoreResult<()> {
-        let result = self.inner.remove_dir(prefix).await;
-        self.changed(prefix);
-        result
-    }
-
-    async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
-        let result = self.inner.rename(from, to).await;
-        self.changed(from);
-        self.changed(to);
-        result
-    }
-
-    /// Erased by the store below from its own listing, never from a kept one (which may miss
-    /// keys written by others since).
-    async fn erase_prefix(&self, prefix: &str) -> StoreResult<()> {
-        let result = self.inner.erase_prefix(prefix).await;
-        self.changed(prefix);
-        result
-    }
-
     async fn list(&self) -> StoreResult<Vec<String>> {
         self.list_prefix("").await
     }
+}
 }
 
 #[cfg(test)]
@@ -374,6 +308,8 @@ mod tests {
     use super::*;
     use crate::store::counting::CountingStore;
     use crate::store::memory::MemoryStore;
+    use crate::store::Precondition;
+    use bytes::Bytes;
 
     async fn setup(ttl: Duration, max_entries: usize) -> (Arc<CountingStore>, ListCache) {
         let memory = Arc::new(MemoryStore::new());

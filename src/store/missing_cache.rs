@@ -12,11 +12,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use lru::LruCache;
 
-use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Precondition, Store, StoreResult, Version};
+use super::invalidating::invalidating_store;
+use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult};
 
 /// Names (keys, or directory prefixes ending in `/`) remembered as missing.
 const MAX_MISSING: usize = 1 << 16;
@@ -80,104 +79,64 @@ impl MissingCache {
         }
     }
 
-    /// A key (or a directory prefix) changes: forget it and everything above or below it.
+    /// A key (or a directory prefix, ending in `/`) changes: forget it and the directories
+    /// above it; a whole directory prefix also forgets everything below it (one pass over the
+    /// names kept, only then).
     fn changed(&self, key: &str) {
         let mut state = self.state();
         state.generation += 1;
-        let touched: Vec<String> = state
-            .missing
-            .iter()
-            .filter(|(name, _)| key.starts_with(name.as_str()) || name.starts_with(key))
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in touched {
-            state.missing.pop(&name);
+        state.missing.pop(key);
+        for (i, _) in key.match_indices('/') {
+            state.missing.pop(&key[..=i]);
+        }
+        if key.is_empty() || key.ends_with('/') {
+            let below: Vec<String> = state
+                .missing
+                .iter()
+                .filter(|(name, _)| name.starts_with(key))
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in below {
+                state.missing.pop(&name);
+            }
         }
     }
 
-    fn started(&self) -> (Instant, u64) {
-        (Instant::now(), self.generation())
+    /// Answer a lookup of `name` from what is kept, or with `fetch`, remembering a miss.
+    async fn ask<T>(
+        &self,
+        name: &str,
+        fetch: impl std::future::Future<Output = StoreResult<Option<T>>>,
+    ) -> StoreResult<Option<T>> {
+        if self.known_missing(name) {
+            return Ok(None);
+        }
+        let started = (Instant::now(), self.generation());
+        let found = fetch.await?;
+        if found.is_none() {
+            self.remember(name, started);
+        }
+        Ok(found)
     }
 }
 
-#[async_trait]
+invalidating_store! {
+#[deny(clippy::missing_trait_methods)]
 impl Store for MissingCache {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
 
     async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
-        if self.known_missing(key) {
-            return Ok(None);
-        }
-        let started = self.started();
-        let got = self.inner.get(key, opts).await?;
-        if got.is_none() {
-            self.remember(key, started);
-        }
-        Ok(got)
+        self.ask(key, self.inner.get(key, opts)).await
     }
 
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        if self.known_missing(key) {
-            return Ok(None);
-        }
-        let started = self.started();
-        let meta = self.inner.head(key).await?;
-        if meta.is_none() {
-            self.remember(key, started);
-        }
-        Ok(meta)
+        self.ask(key, self.inner.head(key)).await
     }
 
     async fn get_partial_values(&self, requests: &[(String, super::ByteRange)]) -> StoreResult<Vec<Option<GetResult>>> {
         self.inner.get_partial_values(requests).await
-    }
-
-    async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
-        let result = self.inner.set(key, value).await;
-        self.changed(key);
-        result
-    }
-
-    async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
-        let result = self.inner.set_if(key, value, condition).await;
-        self.changed(key);
-        result
-    }
-
-    async fn set_partial_values(&self, values: &[(String, u64, Bytes)]) -> StoreResult<()> {
-        let result = self.inner.set_partial_values(values).await;
-        for (key, _, _) in values {
-            self.changed(key);
-        }
-        result
-    }
-
-    async fn erase(&self, key: &str) -> StoreResult<()> {
-        let result = self.inner.erase(key).await;
-        self.changed(key);
-        result
-    }
-
-    async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
-        let result = self.inner.erase_if(key, condition).await;
-        self.changed(key);
-        result
-    }
-
-    async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {
-        let result = self.inner.erase_values(keys).await;
-        for key in keys {
-            self.changed(key);
-        }
-        result
-    }
-
-    async fn erase_prefix(&self, prefix: &str) -> StoreResult<()> {
-        let result = self.inner.erase_prefix(prefix).await;
-        self.changed(prefix);
-        result
     }
 
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
@@ -188,23 +147,8 @@ impl Store for MissingCache {
         self.inner.list_dir(prefix).await
     }
 
-    async fn create_dir(&self, prefix: &str) -> StoreResult<()> {
-        let result = self.inner.create_dir(prefix).await;
-        self.changed(prefix);
-        result
-    }
-
-    async fn remove_dir(&self, prefix: &str) -> StoreResult<()> {
-        let result = self.inner.remove_dir(prefix).await;
-        self.changed(prefix);
-        result
-    }
-
-    async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
-        let result = self.inner.rename(from, to).await;
-        self.changed(from);
-        self.changed(to);
-        result
+    async fn list(&self) -> StoreResult<Vec<String>> {
+        self.inner.list().await
     }
 
     async fn dir_exists(&self, prefix: &str) -> StoreResult<bool> {
@@ -213,16 +157,10 @@ impl Store for MissingCache {
         } else {
             format!("{prefix}/")
         };
-        if self.known_missing(&name) {
-            return Ok(false);
-        }
-        let started = self.started();
-        let exists = self.inner.dir_exists(prefix).await?;
-        if !exists {
-            self.remember(&name, started);
-        }
-        Ok(exists)
+        let exists = async { Ok(self.inner.dir_exists(prefix).await?.then_some(())) };
+        Ok(self.ask(&name, exists).await?.is_some())
     }
+}
 }
 
 #[cfg(test)]
@@ -230,6 +168,8 @@ mod tests {
     use super::*;
     use crate::store::counting::CountingStore;
     use crate::store::memory::MemoryStore;
+    use crate::store::Precondition;
+    use bytes::Bytes;
 
     #[tokio::test]
     async fn a_miss_is_asked_once_per_ttl_and_forgotten_on_write() {
@@ -253,6 +193,21 @@ mod tests {
             cache.dir_exists("b/").await.unwrap(),
             "a directory made by a write is seen at once"
         );
+
+        // A conditional write refused because someone else created the key forgets the miss,
+        // so the writer's re-read sees the other's value.
+        assert!(cache.head("c").await.unwrap().is_none());
+        counting.set("c", Bytes::from_static(b"theirs")).await.unwrap();
+        assert!(cache.head("c").await.unwrap().is_none(), "kept for the TTL");
+        let refused = cache
+            .set_if("c", Bytes::from_static(b"ours"), Precondition::Absent)
+            .await;
+        assert!(
+            matches!(refused, Err(crate::store::StoreError::Conflict { .. })),
+            "{refused:?}"
+        );
+        let got = cache.get("c", GetOptions::default()).await.unwrap().unwrap();
+        assert_eq!(&got.bytes[..], b"theirs");
 
         let short = MissingCache::new(counting.clone(), Duration::ZERO);
         let before = counting.counts().head;

@@ -16,6 +16,7 @@
 
 pub mod counting;
 pub mod error;
+mod invalidating;
 pub mod key;
 pub mod list_cache;
 pub mod local;

@@ -200,11 +200,6 @@ impl ObjectBackend {
         }
         Ok(false)
     }
-
-    /// A listing of a source that cannot be listed: what has been found so far.
-    pub(super) fn partial_listing(&self, prefix: &str) -> Vec<DirEntry> {
-        self.known_children(prefix)
-    }
 }
 
 #[cfg(test)]

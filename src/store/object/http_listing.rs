@@ -95,7 +95,7 @@ impl ObjectBackend {
     pub(super) async fn list_dir_http(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
         let way = self.listing.load(Ordering::Relaxed);
         if way == LISTING_NONE {
-            return Ok(self.partial_listing(prefix));
+            return Ok(self.known_children(prefix));
         }
         if way == LISTING_INDEX {
             return self
@@ -131,7 +131,7 @@ impl ObjectBackend {
                     );
                     self.listing.store(LISTING_NONE, Ordering::Relaxed);
                     self.learn_consolidated().await;
-                    Ok(self.partial_listing(prefix))
+                    Ok(self.known_children(prefix))
                 }
                 Err(index_error) => Err(StoreError::io(
                     prefix,
