@@ -16,9 +16,11 @@ use crate::store::counting::CountingStore;
 use crate::store::list_cache::ListCache;
 use crate::store::local::LocalStore;
 use crate::store::missing_cache::MissingCache;
+use crate::store::object::learned_nodes::GridScope;
+use crate::store::object::SearchOptions;
 use crate::store::transport::WireStats;
 use crate::store::Store;
-use crate::view::{View, ViewOptions};
+use crate::view::{View, ViewMode, ViewOptions};
 
 /// Run a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
@@ -87,7 +89,7 @@ pub(crate) fn init_logging(log_file: Option<&Path>, format: LogFormat) -> Result
 type Opened = (Arc<dyn Store>, Option<Arc<WireStats>>);
 
 /// Open the store a source names.
-fn open_store(source: &SourceSpec, writable: bool) -> Result<Opened> {
+fn open_store(source: &SourceSpec, writable: bool, search: SearchOptions) -> Result<Opened> {
     match source {
         SourceSpec::Local(path) => {
             let store =
@@ -95,7 +97,9 @@ fn open_store(source: &SourceSpec, writable: bool) -> Result<Opened> {
             Ok((Arc::new(store), None))
         }
         SourceSpec::Remote { url, options } => {
-            let backend = crate::store::remote::open(url, options, writable).map_err(|m| anyhow::anyhow!(m))?;
+            let backend = crate::store::remote::open(url, options, writable)
+                .map_err(|m| anyhow::anyhow!(m))?
+                .with_search(search);
             let wire = backend.wire_stats();
             Ok((Arc::new(backend), wire))
         }
@@ -254,7 +258,15 @@ fn notify_service_manager(states: &[sd_notify::NotifyState]) {
 
 /// Open the source, check it answers, build the filesystem and mount it.
 fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<(Arc<Fs>, session::Mounted)> {
-    let (backend, wire) = open_store(&settings.source, settings.writable)?;
+    let search = SearchOptions {
+        max_keys: settings.max_probe_shards,
+        ttl: settings.metadata_ttl,
+        scope: match settings.view {
+            ViewMode::Unsharded => GridScope::Unsharded,
+            ViewMode::Raw => GridScope::All,
+        },
+    };
+    let (backend, wire) = open_store(&settings.source, settings.writable, search)?;
     runtime.block_on(check_reachable(&*backend, &settings.source))?;
     let counters = Arc::new(CountingStore::new(backend));
     let store: Arc<dyn Store> = match &settings.source {
@@ -328,7 +340,7 @@ fn fuse_threads() -> usize {
 
 fn inspect(source: &str, json: bool) -> Result<()> {
     let spec = SourceSpec::parse(source).map_err(|m| anyhow::anyhow!(m))?;
-    let (store, _) = open_store(&spec, false)?;
+    let (store, _) = open_store(&spec, false, SearchOptions::default())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let report = runtime.block_on(crate::inspect::inspect(store.clone()))?;
     if report.groups.is_empty() && report.arrays.is_empty() && report.problems.is_empty() {

@@ -44,8 +44,8 @@ pub struct ShardOptions {
     /// missing must not find it "already there".
     pub exact_prefix_dirs: bool,
     /// On a store that cannot be listed, the most shards whose indexes one chunk directory's
-    /// listing reads to find its chunks; beyond it the directory lists nothing (with a
-    /// warning), and its chunks can still be opened by name.
+    /// listing reads to find its chunks; beyond it see [`super::listing`] (its chunks can
+    /// still be opened by name).
     pub max_probe_shards: u64,
     /// Cache and commit counters, shared by the arrays of a mount.
     pub stats: Arc<super::ShardStats>,

@@ -8,35 +8,15 @@
 //! holding nothing, which breaks clients that create a directory they believe missing.)
 //! With `.` separators every chunk file sits in the array directory itself, listed shard by
 //! shard. On a store that cannot be listed (a web server without WebDAV or index pages), the
-//! shards of a directory are found by reading the index of each shard of the grid there.
+//! shards of a directory are found by reading the index of each shard of the grid there, at
+//! most `max_probe_shards` of them; beyond that a directory above the last level shows every
+//! coordinate of the next level unverified (such stores are read-only, so a directory shown
+//! that holds nothing misleads no writer), and the last level lists nothing, with a warning.
 
 use super::{ChunkLocation, ShardError, ShardedArray};
 use crate::store::{DirEntry, EntryKind};
+use crate::zarr::grid::box_coords;
 use crate::zarr::key_encoding::{parse_coord, ChunkKeyEncoding, Separator};
-
-/// Every coordinate tuple in the box `[lo, hi)`, in C order.
-fn box_coords(lo: &[u64], hi: &[u64]) -> Vec<Vec<u64>> {
-    if lo.iter().zip(hi).any(|(l, h)| l >= h) {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    let mut cur = lo.to_vec();
-    loop {
-        out.push(cur.clone());
-        let mut dim = cur.len();
-        loop {
-            if dim == 0 {
-                return out;
-            }
-            dim -= 1;
-            cur[dim] += 1;
-            if cur[dim] < hi[dim] {
-                break;
-            }
-            cur[dim] = lo[dim];
-        }
-    }
-}
 
 /// Most shards whose indexes a listing reads on a store that cannot be listed, unless the
 /// mount says otherwise (`--max-probe-shards`).
@@ -87,7 +67,7 @@ impl ShardedArray {
         let shard_prefix = self.shard_prefix_of(prefix);
         if !self.store.capabilities().listable && self.probe_box(&shard_prefix).2 > self.options.max_probe_shards {
             // Too many shards to look for: the directory is taken to exist (it is inside the
-            // grid), so that its chunks can be opened by name; it lists nothing.
+            // grid), so that its chunks can be opened by name.
             return Ok(true);
         }
         for shard in self.shards_under(&shard_prefix).await? {
@@ -232,6 +212,16 @@ impl ShardedArray {
         let leaf = dim + 1 == self.ndim();
         if !leaf && !self.exact_prefixes() {
             return self.list_prefix_dir_from_shards(prefix).await;
+        }
+        if !leaf && !self.store.capabilities().listable {
+            // Too many shards to look for below: every coordinate of the next level is shown
+            // (the source is read-only; a walk goes on down, where each directory spans fewer
+            // shards).
+            let next = self.inner_grid[dim];
+            let limit = self.options.max_probe_shards;
+            if self.probe_box(&self.shard_prefix_of(prefix)).2 > limit && next <= limit {
+                return Ok((0..next).map(|i| DirEntry::dir(i.to_string())).collect());
+            }
         }
         let mut children = std::collections::BTreeMap::new();
         for shard in self.shards_under(&self.shard_prefix_of(prefix)).await? {
@@ -393,15 +383,5 @@ mod tests {
         for bad in ["", "01", "+1", "-1", "1a", "99999999999999999999999"] {
             assert_eq!(parse_coord(bad), None, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn boxes_in_c_order() {
-        assert_eq!(
-            box_coords(&[0, 0], &[2, 2]),
-            vec![vec![0, 0], vec![0, 1], vec![1, 0], vec![1, 1]]
-        );
-        assert_eq!(box_coords(&[], &[]), vec![Vec::<u64>::new()]);
-        assert!(box_coords(&[1], &[1]).is_empty());
     }
 }

@@ -43,6 +43,9 @@ pub struct WireCounts {
     pub retries: u64,
     /// Directories looked for by name on a source that cannot be listed (a few requests each).
     pub dir_probes: u64,
+    /// Keys asked for by name to list a directory of a source that cannot be listed (a HEAD
+    /// each).
+    pub key_probes: u64,
 }
 
 #[derive(Debug)]
@@ -51,6 +54,7 @@ pub struct WireStats {
     failures: AtomicU64,
     retries: AtomicU64,
     dir_probes: AtomicU64,
+    key_probes: AtomicU64,
     /// As the client is configured: retries per operation, and their time budget.
     max_retries: u32,
     budget: Duration,
@@ -74,6 +78,7 @@ impl WireStats {
             failures: AtomicU64::new(0),
             retries: AtomicU64::new(0),
             dir_probes: AtomicU64::new(0),
+            key_probes: AtomicU64::new(0),
             max_retries: u32::try_from(max_retries).unwrap_or(u32::MAX),
             budget,
             failed: Mutex::new(HashMap::new()),
@@ -86,12 +91,18 @@ impl WireStats {
             http_failures: self.failures.load(Relaxed),
             retries: self.retries.load(Relaxed),
             dir_probes: self.dir_probes.load(Relaxed),
+            key_probes: self.key_probes.load(Relaxed),
         }
     }
 
     /// A directory is looked for by name (a source that cannot be listed).
     pub fn probed(&self) {
         self.dir_probes.fetch_add(1, Relaxed);
+    }
+
+    /// A key is asked for to list a directory (a source that cannot be listed).
+    pub fn probed_key(&self) {
+        self.key_probes.fetch_add(1, Relaxed);
     }
 
     fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {

@@ -69,6 +69,30 @@ pub fn c_order_coords(index: u64, dims: &[u64]) -> Option<Vec<u64>> {
     (rest == 0).then_some(coords)
 }
 
+/// Every coordinate tuple in the box `[lo, hi)`, in C order.
+pub fn box_coords(lo: &[u64], hi: &[u64]) -> Vec<Vec<u64>> {
+    if lo.iter().zip(hi).any(|(l, h)| l >= h) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut cur = lo.to_vec();
+    loop {
+        out.push(cur.clone());
+        let mut dim = cur.len();
+        loop {
+            if dim == 0 {
+                return out;
+            }
+            dim -= 1;
+            cur[dim] += 1;
+            if cur[dim] < hi[dim] {
+                break;
+            }
+            cur[dim] = lo[dim];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +155,15 @@ mod tests {
             let _ = grid_shape(&coords, &dims);
             let _ = checked_product(&dims);
         }
+    }
+
+    #[test]
+    fn boxes_in_c_order() {
+        assert_eq!(
+            box_coords(&[0, 0], &[2, 2]),
+            vec![vec![0, 0], vec![0, 1], vec![1, 0], vec![1, 1]]
+        );
+        assert_eq!(box_coords(&[], &[]), vec![Vec::<u64>::new()]);
+        assert!(box_coords(&[1], &[1]).is_empty());
     }
 }

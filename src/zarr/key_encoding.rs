@@ -31,7 +31,7 @@ impl Separator {
         }
     }
 
-    fn from_json(v: &Value, field: &str) -> Result<Self, ZarrError> {
+    pub fn from_json(v: &Value, field: &str) -> Result<Self, ZarrError> {
         match json::string(v, field)? {
             "/" => Ok(Separator::Slash),
             "." => Ok(Separator::Dot),

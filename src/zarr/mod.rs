@@ -8,6 +8,7 @@
 //! [`ZarrError`] (or `None`) instead of panicking, and all index arithmetic is
 //! checked.
 
+pub mod chunk_keys;
 pub mod consolidated;
 pub mod error;
 pub mod grid;

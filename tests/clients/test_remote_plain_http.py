@@ -172,3 +172,80 @@ def test_without_listings_max_probe_shards_bounds_a_listing(mounter, remote, tre
     assert os.listdir(view.path(f"{path}/c")) == []
     assert "--max-probe-shards 1" in view.log_text()
     assert (view.path(path) / key).read_bytes() == data
+
+
+UNSHARDED = ["zp/unsharded_2d", "ts/unsharded_3d", "zp/unsharded_0d", "legacy/v2/dots",
+             "legacy/v2/slashes"]
+
+
+def stored_files(root) -> dict[str, bytes]:
+    return {k: p.read_bytes() for k, p in walk_files(root).items()}
+
+
+@pytest.mark.parametrize("path", UNSHARDED)
+def test_without_listings_cp_r_of_an_unsharded_array_is_complete(plain_view, tree, path, tmp_path):
+    """Arrays without sharding (v3, and v2 with `.` and `/` keys): the chunk keys of the grid
+    are asked for with a HEAD each (counted as key_probes), so `cp -r` copies every stored file
+    (v2's .zattrs too), byte for byte, and a second copy within the TTL asks for nothing."""
+    view = plain_view(index=False)
+    source = stored_files(tree.root / path)
+    before = mount_stats(view.path())
+    dest = tmp_path / "copy"
+    res = subprocess.run(["cp", "-r", str(view.path(path)), str(dest)], capture_output=True,
+                         text=True, timeout=240)
+    assert res.returncode == 0, f"cp -r failed: {res.stderr}"
+    copied = stored_files(dest)
+    assert copied.keys() == source.keys(), (f"missing {sorted(source.keys() - copied.keys())[:5]}, "
+                                            f"extra {sorted(copied.keys() - source.keys())[:5]}")
+    assert copied == source
+    after = mount_stats(view.path())
+    d = {k: after[k] - before[k] for k in ("http_requests", "key_probes", "get", "head")}
+    print(f"{path}: {len(source)} files, {d}")
+    assert d["key_probes"] >= len([k for k in source if not k.startswith((".z", "zarr.json"))]), d
+    # Each key of the grid: one HEAD; each chunk found: one read (its lookup is answered from
+    # the search); metadata, and the directories on the way from the root: a few requests each.
+    assert d["http_requests"] <= d["key_probes"] + len(source) + 4 * path.count("/") + 10, d
+    again = tmp_path / "again"
+    subprocess.run(["cp", "-r", str(view.path(path)), str(again)], check=True, timeout=240)
+    assert stored_files(again) == source
+    assert mount_stats(view.path())["key_probes"] == after["key_probes"], "searched again"
+
+
+def test_without_listings_the_raw_view_lists_shards(mounter, remote, tree, tmp_path):  # noqa: F811
+    """In the raw view a sharded array's shards are its chunk keys: they are searched for like
+    any array's, and `cp -r` copies the stored array exactly."""
+    remote.ensure("http")
+    url = SR.http_plain_url(remote.view_prefix("http"), index=False)
+    view = mounter(url, "--read-only", "--view", "raw")
+    path = "zp/i16_2d_nested"
+    dest = tmp_path / "copy"
+    res = subprocess.run(["cp", "-r", str(view.path(path)), str(dest)], capture_output=True,
+                         text=True, timeout=240)
+    assert res.returncode == 0, f"cp -r failed: {res.stderr}"
+    assert stored_files(dest) == stored_files(tree.root / path)
+    assert mount_stats(view.path())["key_probes"] > 0
+
+
+@pytest.mark.parametrize("path", ["ts/unsharded_3d", "zp/f64_4d_start_crc_bytes_v2slash"])
+def test_without_listings_beyond_max_probe_shards_a_walk_goes_down(mounter, remote, tree, path,
+                                                                   tmp_path):  # noqa: F811
+    """A chunk directory above the last level with more keys (or shards) below it than
+    --max-probe-shards shows every coordinate of the grid's next level, so a walk goes on down
+    to directories small enough to search, and `cp -r` is still complete."""
+    remote.ensure("http")
+    url = SR.http_plain_url(remote.view_prefix("http"), index=False)
+    view = mounter(url, "--read-only", "--max-probe-shards", "4")
+    dest = tmp_path / "copy"
+    res = subprocess.run(["cp", "-r", str(view.path(path)), str(dest)], capture_output=True,
+                         text=True, timeout=240)
+    assert res.returncode == 0, f"cp -r failed: {res.stderr}"
+    copied = {k: v for k, v in stored_files(dest).items() if k != "zarr.json"}
+    layout = si.load_layout(tree.root / path)
+    if layout.sharded:
+        want = si.expected_chunk_files(layout)
+    else:
+        want = {k: v for k, v in stored_files(tree.root / path).items() if k != "zarr.json"}
+    assert copied == want
+    for client, read in sorted(READERS.items()):
+        assert_same_array(read(dest), tree.expected(tree.array(path)), f"{client} on the copy")
+    assert "--max-probe-shards 4" not in view.log_text(), "no directory was left unsearched"

@@ -14,14 +14,17 @@
 //!   it holds one of the documents of a Zarr node (`zarr.json`, `.zgroup`, `.zarray`);
 //! - a 403 for a key is not a file (it is the directory answer above).
 //!
-//! The sharding layer finds the shards of a chunk directory by reading the indexes of the
-//! grid's shards instead of listing ([`Capabilities::listable`] is false here).
+//! A listing asks for what may be there ([`super::key_search`]): a node's metadata documents,
+//! and the chunk keys of an array's grid. The sharding layer finds the shards of a chunk
+//! directory by reading the indexes of the grid's shards instead ([`Capabilities::listable`]
+//! is false here).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use super::http_listing::{PageError, LISTING_NONE};
+use super::learned_nodes::{nodes_of, NodeKind};
 use super::*;
 
 /// The documents a Zarr node's directory holds (v3, v2 group, v2 array).
@@ -44,8 +47,18 @@ impl Discovered {
         self.dirs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A directory found (its URL answered 403).
+    pub fn add_dir(&self, dir: String) {
+        self.dirs().insert(dir);
+    }
+
+    /// Whether `key` was found.
+    pub fn knows(&self, key: &str) -> bool {
+        self.known().contains_key(key)
+    }
+
     /// Whether something is known at or below directory `prefix` (ending in `/`).
-    fn has_below(&self, prefix: &str) -> bool {
+    pub fn has_below(&self, prefix: &str) -> bool {
         let below = |k: &String| k.starts_with(prefix);
         self.known()
             .range(prefix.to_string()..)
@@ -96,6 +109,10 @@ impl ObjectBackend {
     pub(super) fn remember(&self, key: &str, size: u64) {
         if self.discovering() {
             self.discovered.known().insert(key.to_string(), size);
+            let (dir, name) = key.rfind('/').map_or(("", key), |i| (&key[..=i], &key[i + 1..]));
+            if let Some(kind) = NodeKind::of_document(name) {
+                self.nodes.learn_kind(dir, kind);
+            }
         }
     }
 
@@ -136,12 +153,14 @@ impl ObjectBackend {
         }
     }
 
-    /// A group's metadata document read whole on a source that cannot be listed: the nodes its
-    /// consolidated metadata names, if any, below the group's directory, become known (so a
-    /// subgroup consolidated on its own lists too).
+    /// A metadata document read whole on a source that cannot be listed: the nodes it names
+    /// become known ([`super::learned_nodes`]), and so do the directories of the nodes a
+    /// group's consolidated metadata names, below the group's directory (so a subgroup
+    /// consolidated on its own lists too).
     pub(super) fn learn_from(&self, key: &str, bytes: &[u8]) {
         let (dir, name) = key.rsplit_once('/').map_or(("", key), |(d, n)| (d, n));
-        if !self.discovering() || !(name == "zarr.json" || name == ".zmetadata") {
+        let documents = ["zarr.json", ".zmetadata", ".zarray", ".zgroup"];
+        if !self.discovering() || !documents.contains(&name) {
             return;
         }
         let Ok(doc) = serde_json::from_slice::<serde_json::Value>(bytes) else {
@@ -152,6 +171,7 @@ impl ObjectBackend {
         } else {
             format!("{dir}/")
         };
+        self.nodes.learn(nodes_of(&base, name, &doc, self.search.scope));
         let dirs: Vec<String> = consolidated_dirs(&doc)
             .into_iter()
             .map(|d| format!("{base}{d}"))
@@ -182,6 +202,9 @@ impl ObjectBackend {
         }
         if self.discovered.has_below(prefix) {
             return Ok(true);
+        }
+        if let Some(exists) = self.chunk_dir_exists(prefix).await? {
+            return Ok(exists);
         }
         if let Some(wire) = &self.wire {
             wire.probed();

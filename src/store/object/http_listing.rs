@@ -95,7 +95,7 @@ impl ObjectBackend {
     pub(super) async fn list_dir_http(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
         let way = self.listing.load(Ordering::Relaxed);
         if way == LISTING_NONE {
-            return Ok(self.known_children(prefix));
+            return self.list_by_asking(prefix).await;
         }
         if way == LISTING_INDEX {
             return self
@@ -131,7 +131,7 @@ impl ObjectBackend {
                     );
                     self.listing.store(LISTING_NONE, Ordering::Relaxed);
                     self.learn_consolidated().await;
-                    Ok(self.known_children(prefix))
+                    self.list_by_asking(prefix).await
                 }
                 Err(index_error) => Err(StoreError::io(
                     prefix,

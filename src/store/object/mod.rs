@@ -35,7 +35,11 @@ mod discovery;
 mod errors;
 mod html_index;
 pub mod http_listing;
+mod key_search;
+pub mod learned_nodes;
 mod read;
+
+pub use key_search::SearchOptions;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
@@ -66,6 +70,11 @@ pub struct ObjectBackend {
     index_pages: Option<http_listing::IndexPages>,
     /// HTTP sources that cannot be listed: the keys found so far (see [`discovery`]).
     discovered: discovery::Discovered,
+    /// ... the nodes their metadata documents name (see [`learned_nodes`]).
+    nodes: learned_nodes::Nodes,
+    /// ... the directories searched by asking for what may be there (see [`key_search`]).
+    searches: key_search::Searches,
+    search: SearchOptions,
 }
 
 impl ObjectBackend {
@@ -83,7 +92,16 @@ impl ObjectBackend {
             listing: std::sync::atomic::AtomicU8::new(http_listing::LISTING_UNKNOWN),
             index_pages: None,
             discovered: discovery::Discovered::default(),
+            nodes: learned_nodes::Nodes::default(),
+            searches: key_search::Searches::default(),
+            search: SearchOptions::default(),
         }
+    }
+
+    /// How listings of a source that cannot be listed search for what may be there.
+    pub fn with_search(mut self, search: SearchOptions) -> Self {
+        self.search = search;
+        self
     }
 
     /// Scrub these strings from every error message.
@@ -210,6 +228,9 @@ impl Store for ObjectBackend {
     }
 
     async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        if self.discovering() && self.searched_and_missing(key) {
+            return Ok(None);
+        }
         // A read that needs the size first (HEAD, then a bounded range) pins the range to the
         // version the HEAD saw; if the object changed in between, it starts over.
         for _ in 0..4 {
@@ -233,6 +254,14 @@ impl Store for ObjectBackend {
     }
 
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        if self.discovering() {
+            if self.searched_and_missing(key) {
+                return Ok(None);
+            }
+            if let Some(meta) = self.found_by_search(key) {
+                return Ok(Some(meta));
+            }
+        }
         let path = self.path(key)?;
         match self.size_of(&path, key).await {
             Ok(Some(m)) => {
@@ -240,8 +269,11 @@ impl Store for ObjectBackend {
                 Ok(Some(self.meta_of(&m)))
             }
             Ok(None) => Ok(None),
-            // A directory the server will not list (see `discovery`).
-            Err(StoreError::PermissionDenied { .. }) if self.discovering() => Ok(None),
+            // A directory the server will not list (see `discovery`): remembered as one.
+            Err(StoreError::PermissionDenied { .. }) if self.discovering() => {
+                self.discovered.add_dir(format!("{key}/"));
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }
