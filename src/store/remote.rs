@@ -272,7 +272,7 @@ fn index_pages(url: &Url, opts: &RemoteOptions, connector: CountingConnector) ->
     base.set_path("/");
     base.set_query(None);
     base.set_fragment(None);
-    Ok(IndexPages::new(client, base))
+    Ok(IndexPages::new(client, base, MAX_RETRIES, RETRY_BUDGET))
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! retries (a retried ranged GET resumes with another `Range` header but the same URI). The
 //! client's rules are mirrored so that a failure it gives up on is not taken for awaiting a
 //! retry: transport errors before sending, or timeouts of safe methods; broken bodies of GETs
-//! that carry an ETag (the client resumes only those); and never more than `max_retries` in a
+//! that carry an ETag (the client resumes only those) or are directory index pages (read again
+//! by `object::http_listing`); and never more than `max_retries` in a
 //! row, nor after the retry budget. The counters are published with the mount's other counters
 //! (`zarrfs stats`).
 
@@ -155,7 +156,7 @@ impl WireStats {
 }
 
 /// Whether an answer is one object_store retries.
-fn transient(status: http::StatusCode) -> bool {
+pub(crate) fn transient(status: http::StatusCode) -> bool {
     status.is_server_error()
         || status == http::StatusCode::TOO_MANY_REQUESTS
         || status == http::StatusCode::REQUEST_TIMEOUT
@@ -194,6 +195,7 @@ impl HttpService for CountingService {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let request = format!("{} {}", req.method(), req.uri());
         let safe = req.method() == http::Method::GET || req.method() == http::Method::HEAD;
+        let req_is_page = req.method() == http::Method::GET && req.uri().path().ends_with('/');
         self.stats.sent(&request);
         match self.inner.execute(req).await {
             Ok(response) => {
@@ -202,8 +204,9 @@ impl HttpService for CountingService {
                 } else {
                     self.stats.answered(&request);
                 }
-                // Only a GET with an ETag is resumed when its body breaks off.
-                let resumable = safe && response.headers().contains_key(http::header::ETAG);
+                // Only a GET with an ETag is resumed when its body breaks off, and a directory's
+                // index page (the only GET of a URL ending in `/`) is read again.
+                let resumable = safe && (req_is_page || response.headers().contains_key(http::header::ETAG));
                 let stats = self.stats.clone();
                 Ok(response.map(|body| {
                     HttpResponseBody::new(WatchedBody {

@@ -249,3 +249,56 @@ def test_without_listings_beyond_max_probe_shards_a_walk_goes_down(mounter, remo
     for client, read in sorted(READERS.items()):
         assert_same_array(read(dest), tree.expected(tree.array(path)), f"{client} on the copy")
     assert "--max-probe-shards 4" not in view.log_text(), "no directory was left unsearched"
+
+
+@pytest.fixture
+def page_proxy(remote):  # noqa: F811
+    """A FaultProxy in front of the nginx listener with index pages and no WebDAV, closed after
+    the test's mounts."""
+    from test_remote_retries import FaultProxy
+    remote.ensure("http")
+    proxy = FaultProxy(SR.http_plain_url("", index=True).rsplit("/", 1)[0]).start()
+    yield proxy
+    proxy.close()
+
+
+def test_index_pages_are_retried_like_every_request(page_proxy, mounter, remote):  # noqa: F811
+    """Every directory's index page fails once (a dropped connection, a page broken off half
+    way, then 503s): each is asked for again after a backoff, the listing is the WebDAV
+    server's exactly, and the counters say so: retries == failures == faults injected."""
+    from test_remote_retries import TransientFaults
+    page_proxy.arm(TransientFaults(every=1, only=lambda req: req.target.endswith("/")))
+    prefix = remote.view_prefix("http")
+    view = mounter(f"{page_proxy.url}/{SR.join_key(SR.BUCKET, prefix)}", "--read-only")
+    webdav = mounter(SR.url("http", prefix), "--read-only")
+    before = mount_stats(view.path())
+    got, want = listing(view.path("ts")), listing(webdav.path("ts"))
+    assert len(want) > 20 and got == want
+    page_proxy.settle()
+    after = mount_stats(view.path())
+    faults = [s for s in page_proxy.seen if s.fault]
+    kinds = {s.fault for s in faults}
+    assert {"drop", "truncate", "503"} <= kinds, kinds
+    d = {k: after[k] - before[k] for k in ("retries", "http_failures")}
+    assert d["retries"] == d["http_failures"] > 5, d
+    # The mount's own first pages (before `before`) failed and were retried too.
+    assert after["retries"] == after["http_failures"] == len(faults), (after, len(faults))
+
+
+def test_a_page_that_keeps_failing_fails_the_listing_with_eio(page_proxy, mounter, remote):  # noqa: F811
+    """A directory whose page always answers 503: its listing fails with EIO after the retries
+    (1 + 4 requests, within seconds), naming the URL; other directories list."""
+    from test_remote_retries import FailObject
+    prefix = remote.view_prefix("http")
+    view = mounter(f"{page_proxy.url}/{SR.join_key(SR.BUCKET, prefix)}", "--read-only")
+    assert "ts" in os.listdir(view.path())
+    broken = f"/{SR.join_key(SR.BUCKET, prefix)}/zp/"
+    page_proxy.arm(FailObject(broken))
+    with pytest.raises(OSError) as err:
+        os.listdir(view.path("zp"))
+    assert err.value.errno == errno.EIO
+    assert sum(1 for s in page_proxy.seen if s.key == broken) == 5
+    assert "503" in view.log_text() and "after 5 tries" in view.log_text()
+    assert os.listdir(view.path("ts"))
+    page_proxy.disarm()
+    assert os.listdir(view.path("zp"))

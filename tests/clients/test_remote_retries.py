@@ -282,7 +282,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _any(self):
         self.server.proxy.handle(self)
 
-    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = do_PROPFIND = _any
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         pass

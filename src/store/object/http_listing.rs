@@ -8,9 +8,10 @@
 //! exactly are asked for with a HEAD each, a few at a time.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use object_store::client::{HttpClient, HttpRequestBody};
+use object_store::client::{HttpClient, HttpErrorKind, HttpRequestBody};
 
 use super::html_index::{self, IndexEntry};
 use super::*;
@@ -46,17 +47,36 @@ const SIZE_LOOKUPS: usize = 8;
 /// Reads index pages. object_store's HTTP client cannot: it wants a `Content-Length`, and
 /// servers stream generated pages without one. This is a client from the same connector (so
 /// its requests are counted with the others) that GETs a directory's URL with its trailing
-/// slash.
+/// slash, and retries what object_store's clients retry (transport errors, 5xx, 408, 429, a
+/// body broken off) with the same bounds: a few times, with doubling backoff, within a budget.
 #[derive(Debug)]
 pub struct IndexPages {
     client: HttpClient,
     /// The server's base URL (scheme, host, port), to which object paths are appended.
     base: url::Url,
+    max_retries: usize,
+    budget: Duration,
+}
+
+/// The first wait before a retry; each next one doubles, up to the last.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const LAST_BACKOFF: Duration = Duration::from_secs(15);
+
+/// How one request for a page ended, when not with the page.
+enum Attempt {
+    /// Worth another try.
+    Transient(String),
+    Final(PageError),
 }
 
 impl IndexPages {
-    pub fn new(client: HttpClient, base: url::Url) -> Self {
-        IndexPages { client, base }
+    pub fn new(client: HttpClient, base: url::Url, max_retries: usize, budget: Duration) -> Self {
+        IndexPages {
+            client,
+            base,
+            max_retries,
+            budget,
+        }
     }
 
     /// The page of the directory at `path`; `Ok(None)` when there is no such directory.
@@ -65,27 +85,53 @@ impl IndexPages {
         if let Ok(mut segments) = url.path_segments_mut() {
             segments.pop_if_empty().extend(path.parts()).push("");
         }
+        let started = Instant::now();
+        let mut backoff = FIRST_BACKOFF;
+        let mut retries = 0;
+        loop {
+            match self.get_once(&url).await {
+                Ok(page) => return Ok(page),
+                Err(Attempt::Final(e)) => return Err(e),
+                Err(Attempt::Transient(message)) => {
+                    if retries >= self.max_retries || started.elapsed() + backoff > self.budget {
+                        let tries = retries + 1;
+                        return Err(PageError::Failed(format!("{message} (after {tries} tries)")));
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(LAST_BACKOFF);
+                    retries += 1;
+                }
+            }
+        }
+    }
+
+    async fn get_once(&self, url: &url::Url) -> Result<Option<bytes::Bytes>, Attempt> {
         let request = http::Request::get(url.as_str())
             .body(HttpRequestBody::empty())
-            .map_err(|e| PageError::Failed(e.to_string()))?;
-        let response = self
-            .client
-            .execute(request)
-            .await
-            .map_err(|e| PageError::Failed(e.to_string()))?;
+            .map_err(|e| Attempt::Final(PageError::Failed(e.to_string())))?;
+        let response = self.client.execute(request).await.map_err(|e| {
+            let message = format!("{url}: {e}");
+            match e.kind() {
+                HttpErrorKind::Connect
+                | HttpErrorKind::Request
+                | HttpErrorKind::Timeout
+                | HttpErrorKind::Interrupted => Attempt::Transient(message),
+                _ => Attempt::Final(PageError::Failed(message)),
+            }
+        })?;
         let status = response.status();
         if status == http::StatusCode::NOT_FOUND {
             return Ok(None);
         }
-        if !status.is_success() {
-            return Err(PageError::Refused(status, format!("{url}: {status}")));
+        if crate::store::transport::transient(status) {
+            return Err(Attempt::Transient(format!("{url}: {status}")));
         }
-        let body = response
-            .into_body()
-            .bytes()
-            .await
-            .map_err(|e| PageError::Failed(e.to_string()))?;
-        Ok(Some(body))
+        if !status.is_success() {
+            return Err(Attempt::Final(PageError::Refused(status, format!("{url}: {status}"))));
+        }
+        let body = response.into_body().bytes().await;
+        body.map(Some)
+            .map_err(|e| Attempt::Transient(format!("{url}: the page broke off: {e}")))
     }
 }
 
