@@ -372,7 +372,7 @@ throughput_http() {
 say "1b. large-file throughput over plain HTTP (nginx on port $HTTP_PORT_BENCH)"
 STARTED_HTTP=0
 if ZARRFS_HTTP_PORT="$HTTP_PORT_BENCH" ZARRFS_HTTP_STATIC_PORT="$((HTTP_PORT_BENCH + 1))" \
-    ZARRFS_HTTP_PLAIN_PORT="$((HTTP_PORT_BENCH + 2))" ZARRFS_HTTP_BARE_PORT="$((HTTP_PORT_BENCH + 3))" \
+    ZARRFS_HTTP_PLAIN_PORT="$((HTTP_PORT_BENCH + 2))" ZARRFS_HTTP_BARE_PORT="$((HTTP_PORT_BENCH + 3))" ZARRFS_HTTPS_PORT="$((HTTP_PORT_BENCH + 4))" \
     bash "$SERVERS" start http >&2; then
     STARTED_HTTP=1
     mkdir -p "$ZARRFS_SERVERS_DIR/http/www/zarrfs/big"

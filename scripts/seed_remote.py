@@ -13,8 +13,8 @@ started by scripts/servers.sh on 127.0.0.1. Uploads go through each server's own
 azure-storage-blob, the fake-gcs JSON upload API); for http the files are copied into the
 nginx root. Also importable: the tests use the same functions to seed, list and fetch objects.
 
-Environment: ZARRFS_{S3,AZURE,GCS,HTTP,HTTP_STATIC,HTTP_PLAIN,HTTP_BARE}_PORT override the ports
-(9000, 10000, 4443, 8080, 8081, 8082, 8083);
+Environment: ZARRFS_{S3,AZURE,GCS,HTTP,HTTP_STATIC,HTTP_PLAIN,HTTP_BARE,HTTPS}_PORT override the ports
+(9000, 10000, 4443, 8080, 8081, 8082, 8083, 8084);
 ZARRFS_SERVERS_DIR the servers' data directory (default $REPO/.cache/servers).
 """
 from __future__ import annotations
@@ -94,6 +94,18 @@ def http_plain_url(prefix: str = "", index: bool = True) -> str:
     else:
         port = int(os.environ.get("ZARRFS_HTTP_BARE_PORT", 8083))
     return f"http://{HOST}:{port}/{join_key(BUCKET, prefix.strip('/'))}"
+
+
+def https_url(prefix: str = "") -> str:
+    """The same tree from the nginx listener without WebDAV, with index pages, over TLS (its
+    certificate is signed by https_ca())."""
+    port = int(os.environ.get("ZARRFS_HTTPS_PORT", 8084))
+    return f"https://{HOST}:{port}/{join_key(BUCKET, prefix.strip('/'))}"
+
+
+def https_ca() -> Path:
+    """The private certificate authority that signed the HTTPS listener's certificate."""
+    return servers_dir() / "http" / "tls" / "ca.pem"
 
 
 def gcs_service_account() -> Path:

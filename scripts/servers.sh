@@ -5,7 +5,9 @@
 #   gcs    fake-gcs-server (PyPI wrapper)  port 4443   bucket    zarrfs (in memory)
 #   http   nginx (Range, WebDAV PROPFIND)  port 8080   directory .cache/servers/http/www/zarrfs
 #          (and port 8081: the same files as a stock static server: directories redirect + index;
-#           8082: the same without WebDAV, autoindex on; 8083: without WebDAV, autoindex off)
+#           8082: the same without WebDAV, autoindex on; 8083: without WebDAV, autoindex off;
+#           8084: HTTPS without WebDAV, autoindex on, its certificate from a private authority,
+#           .cache/servers/http/tls/ca.pem, made by scripts/tls_cert.py)
 #
 # Usage: servers.sh start|stop|status [s3] [azure] [gcs] [http]   (default: all four)
 #        servers.sh env NAME       print the export line a client (zarrfs) needs
@@ -16,7 +18,7 @@
 # each server answers (bounded: ZARRFS_SERVER_WAIT seconds, default 60) and creates the bucket.
 # `stop` ends each server by its recorded pid. Needs scripts/setup.sh (venv with
 # scripts/requirements-remote.txt, azurite in .cache/npm, nginx-light).
-# Ports: ZARRFS_{S3,AZURE,GCS,HTTP,HTTP_STATIC,HTTP_PLAIN,HTTP_BARE}_PORT.
+# Ports: ZARRFS_{S3,AZURE,GCS,HTTP,HTTP_STATIC,HTTP_PLAIN,HTTP_BARE,HTTPS}_PORT.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +36,7 @@ HTTP_PORT="${ZARRFS_HTTP_PORT:-8080}"
 HTTP_STATIC_PORT="${ZARRFS_HTTP_STATIC_PORT:-8081}"
 HTTP_PLAIN_PORT="${ZARRFS_HTTP_PLAIN_PORT:-8082}"
 HTTP_BARE_PORT="${ZARRFS_HTTP_BARE_PORT:-8083}"
+HTTPS_PORT="${ZARRFS_HTTPS_PORT:-8084}"
 
 say() { echo "servers: $*" >&2; }
 die() { echo "servers: error: $*" >&2; exit 1; }
@@ -139,6 +142,16 @@ http {
         etag on;
         max_ranges 64;
     }
+    # $HTTPS_PORT: the plain server with index pages, over TLS.
+    server {
+        listen 127.0.0.1:$HTTPS_PORT ssl;
+        ssl_certificate $dir/tls/cert.pem;
+        ssl_certificate_key $dir/tls/key.pem;
+        root $dir/www;
+        etag on;
+        max_ranges 64;
+        autoindex on;
+    }
 }
 EOF
 }
@@ -175,6 +188,7 @@ start_one() {
                 ;;
             http)
                 command -v nginx >/dev/null || need /usr/sbin/nginx nginx
+                "$PY" "$REPO/scripts/tls_cert.py" "$dir/tls" || die "http: cannot make the TLS certificate"
                 write_nginx_conf
                 local nginx
                 nginx=$(command -v nginx || echo /usr/sbin/nginx)

@@ -120,12 +120,20 @@ async fn check_reachable(store: &dyn Store, source: &SourceSpec) -> Result<()> {
     };
     // Plain HTTP servers may refuse listings; a readable root metadata document will do.
     let mut tried = Vec::new();
+    let mut failed = None;
     for key in ROOT_METADATA {
         match store.head(key).await {
             Ok(Some(_)) => return Ok(()),
             Ok(None) => tried.push(format!("{key}: not found (404)")),
-            Err(e) => tried.push(format!("{key}: {e}")),
+            Err(e) => {
+                tried.push(format!("{key}: {e}"));
+                failed.get_or_insert(e);
+            }
         }
+    }
+    // Nothing answered (an unreachable server, an untrusted certificate): one reason is enough.
+    if let (Some(e), true) = (failed, tried.iter().all(|t| !t.ends_with("(404)"))) {
+        bail!("cannot read {}: {e}", crate::store::remote::redact_url(url));
     }
     bail!(
         "cannot read {}: {listed}, and it has no Zarr metadata at its root ({})",

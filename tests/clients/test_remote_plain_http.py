@@ -302,3 +302,45 @@ def test_a_page_that_keeps_failing_fails_the_listing_with_eio(page_proxy, mounte
     assert os.listdir(view.path("ts"))
     page_proxy.disarm()
     assert os.listdir(view.path("zp"))
+
+
+@pytest.mark.parametrize("path", COPIED)
+def test_https_with_a_trusted_authority_reads_like_the_webdav_server(mounter, remote, tree, path,
+                                                                     monkeypatch, tmp_path):  # noqa: F811
+    """HTTPS from a stock server (no WebDAV, index pages) whose certificate a private authority
+    signed, trusted with SSL_CERT_FILE (a relative path too: the daemon resolves it before it
+    leaves the working directory): the listing is the WebDAV server's, every client reads the
+    array as written, and `cp -r` of it reopens identically."""
+    remote.ensure("http")
+    prefix = remote.view_prefix("http")
+    ca = SR.https_ca()
+    monkeypatch.chdir(ca.parent)
+    monkeypatch.setenv("SSL_CERT_FILE", ca.name)
+    view = mounter(SR.https_url(prefix), "--read-only")
+    webdav = mounter(SR.url("http", prefix), "--read-only")
+    assert listing(view.path(path)) == listing(webdav.path(path))
+    for client, read in sorted(READERS.items()):
+        assert_same_array(read(view.path(path)), tree.expected(tree.array(path)), f"{client} over HTTPS")
+    dest = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(view.path(path)), str(dest)], check=True, timeout=240)
+    assert_same_array(READERS["zarr-python"](dest), tree.expected(tree.array(path)), "the copy")
+
+
+def test_https_with_an_untrusted_certificate_fails_at_mount_saying_how(zarrfs_bin, mounter, remote,
+                                                                        monkeypatch, tmp_path):  # noqa: F811
+    """An untrusted certificate: `mount` fails with the reason and both ways out, once (not
+    once per document it tried); `-o allow_invalid_certificates=true` mounts it."""
+    remote.ensure("http")
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    url = SR.https_url(remote.view_prefix("http"))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    res = subprocess.run([str(zarrfs_bin), "mount", url, str(mnt), "--read-only"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    message = res.stderr
+    assert url in message and "certificate is not trusted" in message, message
+    assert "SSL_CERT_FILE" in message and "allow_invalid_certificates=true" in message, message
+    assert "UnknownIssuer" in message and message.count("not trusted") == 1, message
+    view = mounter(url, "--read-only", "-o", "allow_invalid_certificates=true")
+    assert "zarr.json" in os.listdir(view.path())

@@ -1,8 +1,34 @@
 //! object_store's errors in the store's terms: preconditions become conflicts, permission
 //! stays permission; anything else names the object, leads with a credential hint when the
-//! client fell back to an instance metadata service, and never repeats a secret.
+//! client fell back to an instance metadata service or a TLS hint when the server's
+//! certificate is not trusted, ends with the root cause (the client's own message stops at
+//! "error sending request"), and never repeats a secret.
 
 use super::*;
+
+/// An error's message followed by its root cause, when that adds something (object_store and
+/// reqwest keep the reason a request failed, such as an untrusted certificate, in the source
+/// chain), led by a hint when the cause is a certificate the client does not trust.
+pub(super) fn described(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut root = e.source();
+    while let Some(next) = root.and_then(|r| r.source()) {
+        root = Some(next);
+    }
+    if let Some(cause) = root.map(|r| r.to_string()) {
+        if !message.contains(&cause) {
+            message = format!("{message}: {cause}");
+        }
+    }
+    if message.contains("certificate") {
+        message = format!(
+            "the server's TLS certificate is not trusted: trust the authority that signed it with \
+             SSL_CERT_FILE=/path/to/ca.pem, or skip the check (test servers only) with \
+             -o allow_invalid_certificates=true ({message})"
+        );
+    }
+    message
+}
 
 impl ObjectBackend {
     pub(super) fn scrubbed(&self, mut message: String) -> String {
@@ -37,7 +63,7 @@ impl ObjectBackend {
                 };
                 let message = match hint {
                     Some(hint) => format!("{hint} (asking the instance metadata service instead failed: {other})"),
-                    None => other.to_string(),
+                    None => described(&other),
                 };
                 StoreError::Io {
                     key: location,

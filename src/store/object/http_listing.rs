@@ -110,7 +110,10 @@ impl IndexPages {
             .body(HttpRequestBody::empty())
             .map_err(|e| Attempt::Final(PageError::Failed(e.to_string())))?;
         let response = self.client.execute(request).await.map_err(|e| {
-            let message = format!("{url}: {e}");
+            let message = format!("{url}: {}", super::errors::described(&e));
+            if message.contains("certificate") {
+                return Attempt::Final(PageError::Failed(message));
+            }
             match e.kind() {
                 HttpErrorKind::Connect
                 | HttpErrorKind::Request
