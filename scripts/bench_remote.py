@@ -351,6 +351,25 @@ def table(results: str) -> None:
               "fresh mount and dropped page cache per run, fastest run")
         print(fmt_table(["reader", "seconds", "runs", "MB/s", "zarrfs/this", "peak RSS", "notes"], rows))
 
+    # 1c. cp -r over plain HTTP by listing
+    ph = by.get("plain_http", [])
+    if ph:
+        base = {r["size"]: r["seconds"] for r in ph if r["listing"] == "WebDAV"}
+        rows = []
+        for r in ph:
+            d, a = r["delta"], r["array"]
+            ratio = f"{base[r['size']] / r['seconds']:.2f}x" if r["size"] in base else "-"
+            rows.append([LABEL[r["size"]], r["listing"], a["chunk_files"], a["shards"],
+                         f"{r['seconds']:.2f}", f"{a['stored_bytes'] / 1e6 / r['seconds']:.0f}", ratio,
+                         d.get("http_requests", "-"), d["get"], d["head"], d["list"] + d["list_dir"],
+                         d.get("shard_probes", "-"), d.get("key_probes", "-")])
+        print("\n1c. Cold cp -r of each bench array (unsharded view) from nginx, by how it lists "
+              "directories; fresh mount, dropped page cache")
+        print(fmt_table(["chunks", "listing", "files", "shards", "seconds", "MB/s", "WebDAV/this",
+                         "requests", "GET", "HEAD", "LIST", "shard probes", "key probes"], rows))
+        print("WebDAV/this: the WebDAV mount's seconds divided by this one's (>1: faster). requests: "
+              "on the wire; GET/HEAD/LIST: the store's calls.")
+
     # 2. requests
     cp = by.get("requests", [])
     if cp:

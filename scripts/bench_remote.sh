@@ -10,6 +10,8 @@
 #   1b. The same files over plain HTTP from a private nginx (BENCH_HTTP_PORT): `zarrfs --view raw`
 #      against rclone's http backend. nginx serves a range without reading the rest of the file,
 #      unlike moto, so this is the fairer throughput comparison.
+#   1c. A cold `cp -r` of each bench array (unsharded view) from the same nginx, by how it lists
+#      directories: WebDAV, HTML index pages (no WebDAV), none (shard indexes found by name).
 #   2. Requests per shard and per chunk (deltas of the mount root's `user.zarrfs.stats`) of the
 #      unsharded view, for the bench arrays of fixtures.py (8 KiB and 128 KiB inner chunks,
 #      seeded into the bucket with seed_remote.py): a cold `cp -r` of each array, a warm `cp -r`
@@ -115,6 +117,7 @@ trap full_cleanup EXIT
 
 rec() { "$PY" "$HELPER" record "$RESULTS" "$@"; }
 stats() { "$PY" "$HELPER" stats "$1"; }
+layout() { "$PY" "$HELPER" layout "$WORK" "$1"; }
 vmhwm() { "$PY" "$HELPER" vmhwm "$1"; }
 vmrss() { awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$1/status" 2>/dev/null || echo -; }
 log_lines() { if [ -f "$LOG" ]; then wc -l < "$LOG"; else echo 0; fi; }
@@ -243,6 +246,7 @@ say "writing the bench arrays (scale $SCALE) and $BIG_FILES x $BIG_MIB MiB rando
 say "seeding s3://zarrfs/$PREFIX"
 "$PY" "$SEED" s3 "$WORK/fx/root" "$PREFIX/zarr"
 "$PY" "$SEED" s3 "$WORK/big" "$PREFIX/big"
+cp -al "$WORK/fx/root" "$WORK/fx/http-root"   # for the web server (1c)
 rm -rf "$WORK/fx/root/bench"/*/c   # the shards are in the bucket now; expected data stays
 mkdir -p "$MNT"
 BIG_KEYS=(); for i in $(seq 0 $((BIG_FILES - 1))); do BIG_KEYS+=("f$i.bin"); done
@@ -369,6 +373,37 @@ throughput_http() {
         "file_bytes=$((BIG_MIB * 1048576))" "runs=$RUNS" "vmhwm=\"$hwm\"" "note=$2$bad"
 }
 
+# -- 1c. a cold cp -r of each bench array (unsharded view) over plain HTTP, by how the server
+# lists directories: WebDAV (port +0), HTML index pages without WebDAV (+2), nothing (+3).
+plain_http_copies() {
+    local way name port url size s0 s1 t0 t1
+    mkdir -p "$ZARRFS_SERVERS_DIR/http/www/zarrfs" "$WORK/copy"
+    rm -rf "$ZARRFS_SERVERS_DIR/http/www/zarrfs/fx"
+    cp -al "$WORK/fx/http-root" "$ZARRFS_SERVERS_DIR/http/www/zarrfs/fx"
+    say "1c. cold cp -r over plain HTTP, by listing: WebDAV, index pages, none"
+    for way in "WebDAV:0" "index pages:2" "none:3"; do
+        name=${way%:*}; port=$((HTTP_PORT_BENCH + ${way##*:}))
+        url="http://127.0.0.1:$port/zarrfs/fx"
+        for size in "${SIZES[@]}"; do
+            RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$url" "$MNT" --read-only \
+                --log-file "$WORK/zarrfs-http.log" || die "zarrfs mount $url failed"
+            ZPID=$(pgrep -f -- "mount $url $MNT" | head -1 || true)
+            DAEMON_PIDS="$DAEMON_PIDS $ZPID"
+            drop_caches
+            s0=$(stats "$MNT")
+            t0=$(now); cp -r "$MNT/bench/$size" "$WORK/copy/http_$size"; t1=$(now)
+            s1=$(stats "$MNT")
+            zunmount
+            "$PY" "$HELPER" verify-copy "$WORK/copy/http_$size" "$WORK" "$size" \
+                || die "cp -r of bench/$size over HTTP ($name): wrong copy"
+            rm -rf "$WORK/copy/http_$size"
+            say "  listing $name, cp -r bench/$size: $(secs "$t0" "$t1") s"
+            rec section=plain_http "size=$size" "listing=$name" "seconds=$(secs "$t0" "$t1")" \
+                "array=$(layout "$size")" "delta=$("$PY" "$HELPER" delta "$s0" "$s1")"
+        done
+    done
+}
+
 say "1b. large-file throughput over plain HTTP (nginx on port $HTTP_PORT_BENCH)"
 STARTED_HTTP=0
 if ZARRFS_HTTP_PORT="$HTTP_PORT_BENCH" ZARRFS_HTTP_STATIC_PORT="$((HTTP_PORT_BENCH + 1))" \
@@ -386,6 +421,7 @@ if ZARRFS_HTTP_PORT="$HTTP_PORT_BENCH" ZARRFS_HTTP_STATIC_PORT="$((HTTP_PORT_BEN
     else
         rec section=throughput_http tool=rclone "unavailable=$RCLONE_WHY"
     fi
+    plain_http_copies
     ZARRFS_HTTP_PORT="$HTTP_PORT_BENCH" bash "$SERVERS" stop http >&2 || true
     STARTED_HTTP=0
 else
@@ -394,7 +430,6 @@ fi
 
 # -- 2. requests per shard and per chunk
 ZURL="s3://zarrfs/$PREFIX/zarr"
-layout() { "$PY" "$HELPER" layout "$WORK" "$1"; }
 copy_step() { # SIZE OP DEST: one cp -r from the view, recorded
     local size="$1" op="$2" dest="$3" s0 s1 t0 t1
     drop_caches

@@ -18,6 +18,17 @@ use crate::zarr::sharding::{IndexLocation, ShardLevel};
 impl ShardedArray {
     /// The stored shard's own index, from the cache when its version was confirmed less than
     /// `max_age` ago.
+    /// Whether the shard's index is cached and fresh (reading it sends nothing).
+    pub(super) fn index_is_fresh(&self, shard_key: &str) -> bool {
+        let key = IndexKey {
+            shard: shard_key.to_string(),
+            sub: Vec::new(),
+        };
+        self.cache
+            .get(&key)
+            .is_some_and(|cached| cached.age() < self.options.revalidate_after)
+    }
+
     pub(super) async fn top_index(
         &self,
         shard_key: &str,

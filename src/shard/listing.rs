@@ -130,7 +130,9 @@ impl ShardedArray {
         let probes = futures::stream::iter(box_coords(&lo, &hi))
             .map(|coords| async move {
                 let key = self.shard_key(&coords);
-                super::ShardStats::add(&self.options.stats.probes);
+                if !self.index_is_fresh(&key) {
+                    super::ShardStats::add(&self.options.stats.probes);
+                }
                 let found = self.top_index(&key, self.options.revalidate_after).await;
                 (coords, found)
             })
