@@ -380,3 +380,73 @@ def test_without_listings_a_consolidated_hierarchy_walks_completely(mounter, rem
                               f"{client} without listings, consolidated, {path}")
     stats = mount_stats(view.path())
     print({k: stats[k] for k in ("http_requests", "key_probes", "shard_probes", "dir_probes")})
+
+
+@pytest.fixture
+def python_http_server(remote):  # noqa: F811
+    """`python -m http.server` over the web server's files: no WebDAV (PROPFIND is 501), a
+    directory's URL redirects to its index page, and Range is ignored (a range is answered
+    with the whole file)."""
+    import socket
+    import sys
+    import time
+    remote.ensure("http")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                             "--directory", str(SR.http_root())],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_python_http_server_is_read_like_the_webdav_server(python_http_server, mounter, remote,
+                                                           tree, tmp_path):  # noqa: F811
+    """The quickest way to share a directory: the listing is the WebDAV server's (directories
+    are not mistaken for the index pages their URLs redirect to), every client reads an array
+    as written though every range comes back whole, and the log says why reads are slow."""
+    prefix = remote.view_prefix("http")
+    view = mounter(f"{python_http_server}/{SR.join_key(SR.BUCKET, prefix)}", "--read-only")
+    webdav = mounter(SR.url("http", prefix), "--read-only")
+    for path in COPIED + ["zp/unsharded_2d"]:
+        assert listing(view.path(path)) == listing(webdav.path(path)), path
+        for client, read in sorted(READERS.items()):
+            assert_same_array(read(view.path(path)), tree.expected(tree.array(path)),
+                              f"{client} from python's http.server, {path}")
+    # nginx's WebDAV hides dot files; python's index pages show them, as they are stored.
+    legacy = "legacy/v2/dots"
+    assert stored_files(view.path(legacy)) == stored_files(tree.root / legacy)
+    dest = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(view.path(COPIED[0])), str(dest)], check=True, timeout=240)
+    assert stored_files(dest) == stored_files(webdav.path(COPIED[0]))
+    log = view.log_text()
+    assert "ignores Range requests" in log and log.count("ignores Range requests") == 1, log[-2000:]
+    assert mount_stats(view.path())["retries"] == 0
+
+
+@pytest.mark.parametrize("server", ["webdav", "index pages"])
+def test_zarr_v2_documents_hidden_by_listings_are_copied(server, mounter, remote, tree, tmp_path):  # noqa: F811
+    """nginx leaves dot files out of its WebDAV and index listings, where Zarr v2 keeps its
+    metadata: they are asked for, so `ls -a` shows them and `cp -r` of a v2 group copies
+    every stored file, which zarr-python then opens as the v2 group it is."""
+    import zarr
+    remote.ensure("http")
+    prefix = remote.view_prefix("http")
+    url = SR.url("http", prefix) if server == "webdav" else SR.http_plain_url(prefix)
+    view = mounter(url, "--read-only")
+    assert {".zarray", ".zattrs", "0.0"} <= set(os.listdir(view.path("legacy/v2/dots")))
+    dest = tmp_path / "v2"
+    subprocess.run(["cp", "-r", str(view.path("legacy/v2")), str(dest)], check=True, timeout=120)
+    assert stored_files(dest) == stored_files(tree.root / "legacy/v2")
+    group = zarr.open_group(dest, mode="r", zarr_format=2)
+    assert group.attrs["kind"] == "v2"
+    assert (group["dots"][...] == zarr.open_array(tree.root / "legacy/v2/dots", mode="r")[...]).all()

@@ -23,7 +23,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
-use super::http_listing::{PageError, LISTING_NONE};
+use super::http_listing::LISTING_NONE;
+use super::index_pages::PageError;
 use super::learned_nodes::{nodes_of, NodeKind};
 use super::*;
 
@@ -160,7 +161,7 @@ impl ObjectBackend {
     pub(super) fn learn_from(&self, key: &str, bytes: &[u8]) {
         let (dir, name) = key.rsplit_once('/').map_or(("", key), |(d, n)| (d, n));
         let documents = ["zarr.json", ".zmetadata", ".zarray", ".zgroup"];
-        if !self.discovering() || !documents.contains(&name) {
+        if self.flavor != Flavor::Http || !documents.contains(&name) {
             return;
         }
         let Ok(doc) = serde_json::from_slice::<serde_json::Value>(bytes) else {
@@ -172,6 +173,9 @@ impl ObjectBackend {
             format!("{dir}/")
         };
         self.nodes.learn(nodes_of(&base, name, &doc, self.search.scope));
+        if !self.discovering() {
+            return;
+        }
         let dirs: Vec<String> = consolidated_dirs(&doc)
             .into_iter()
             .map(|d| format!("{base}{d}"))

@@ -8,12 +8,12 @@
 //! exactly are asked for with a HEAD each, a few at a time.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use object_store::client::{HttpClient, HttpErrorKind, HttpRequestBody};
 
 use super::html_index::{self, IndexEntry};
+pub use super::index_pages::IndexPages;
+use super::index_pages::PageError;
 use super::*;
 use crate::store::EntryKind;
 
@@ -24,119 +24,8 @@ const LISTING_INDEX: u8 = 2;
 /// Neither: what exists is found by asking (see [`super::discovery`]).
 pub(super) const LISTING_NONE: u8 = 3;
 
-/// Why an index page could not be read.
-#[derive(Debug)]
-pub(super) enum PageError {
-    /// The server answered, with this status: it shows no page there.
-    Refused(http::StatusCode, String),
-    /// The request failed (connection, timeout, a broken body).
-    Failed(String),
-}
-
-impl std::fmt::Display for PageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PageError::Refused(_, message) | PageError::Failed(message) => f.write_str(message),
-        }
-    }
-}
-
 /// HEAD requests in flight for the sizes of one index page's files.
 const SIZE_LOOKUPS: usize = 8;
-
-/// Reads index pages. object_store's HTTP client cannot: it wants a `Content-Length`, and
-/// servers stream generated pages without one. This is a client from the same connector (so
-/// its requests are counted with the others) that GETs a directory's URL with its trailing
-/// slash, and retries what object_store's clients retry (transport errors, 5xx, 408, 429, a
-/// body broken off) with the same bounds: a few times, with doubling backoff, within a budget.
-#[derive(Debug)]
-pub struct IndexPages {
-    client: HttpClient,
-    /// The server's base URL (scheme, host, port), to which object paths are appended.
-    base: url::Url,
-    max_retries: usize,
-    budget: Duration,
-}
-
-/// The first wait before a retry; each next one doubles, up to the last.
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const LAST_BACKOFF: Duration = Duration::from_secs(15);
-
-/// How one request for a page ended, when not with the page.
-enum Attempt {
-    /// Worth another try.
-    Transient(String),
-    Final(PageError),
-}
-
-impl IndexPages {
-    pub fn new(client: HttpClient, base: url::Url, max_retries: usize, budget: Duration) -> Self {
-        IndexPages {
-            client,
-            base,
-            max_retries,
-            budget,
-        }
-    }
-
-    /// The page of the directory at `path`; `Ok(None)` when there is no such directory.
-    pub(super) async fn get(&self, path: &Path) -> Result<Option<bytes::Bytes>, PageError> {
-        let mut url = self.base.clone();
-        if let Ok(mut segments) = url.path_segments_mut() {
-            segments.pop_if_empty().extend(path.parts()).push("");
-        }
-        let started = Instant::now();
-        let mut backoff = FIRST_BACKOFF;
-        let mut retries = 0;
-        loop {
-            match self.get_once(&url).await {
-                Ok(page) => return Ok(page),
-                Err(Attempt::Final(e)) => return Err(e),
-                Err(Attempt::Transient(message)) => {
-                    if retries >= self.max_retries || started.elapsed() + backoff > self.budget {
-                        let tries = retries + 1;
-                        return Err(PageError::Failed(format!("{message} (after {tries} tries)")));
-                    }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(LAST_BACKOFF);
-                    retries += 1;
-                }
-            }
-        }
-    }
-
-    async fn get_once(&self, url: &url::Url) -> Result<Option<bytes::Bytes>, Attempt> {
-        let request = http::Request::get(url.as_str())
-            .body(HttpRequestBody::empty())
-            .map_err(|e| Attempt::Final(PageError::Failed(e.to_string())))?;
-        let response = self.client.execute(request).await.map_err(|e| {
-            let message = format!("{url}: {}", super::errors::described(&e));
-            if message.contains("certificate") {
-                return Attempt::Final(PageError::Failed(message));
-            }
-            match e.kind() {
-                HttpErrorKind::Connect
-                | HttpErrorKind::Request
-                | HttpErrorKind::Timeout
-                | HttpErrorKind::Interrupted => Attempt::Transient(message),
-                _ => Attempt::Final(PageError::Failed(message)),
-            }
-        })?;
-        let status = response.status();
-        if status == http::StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
-        if crate::store::transport::transient(status) {
-            return Err(Attempt::Transient(format!("{url}: {status}")));
-        }
-        if !status.is_success() {
-            return Err(Attempt::Final(PageError::Refused(status, format!("{url}: {status}"))));
-        }
-        let body = response.into_body().bytes().await;
-        body.map(Some)
-            .map_err(|e| Attempt::Transient(format!("{url}: the page broke off: {e}")))
-    }
-}
 
 impl ObjectBackend {
     /// `list_dir` of an HTTP source: WebDAV when the server offers it, else its index pages,
@@ -146,13 +35,27 @@ impl ObjectBackend {
         if way == LISTING_NONE {
             return self.list_by_asking(prefix).await;
         }
+        let mut entries = self.list_dir_listed(prefix, way).await?;
+        self.add_hidden_documents(prefix, &mut entries).await?;
+        Ok(entries)
+    }
+
+    /// `list_dir` of an HTTP source that lists (WebDAV or index pages), as the server lists.
+    async fn list_dir_listed(&self, prefix: &str, way: u8) -> StoreResult<Vec<DirEntry>> {
         if way == LISTING_INDEX {
             return self
                 .list_dir_from_index(prefix)
                 .await
                 .map_err(|e| self.page_error(prefix, e));
         }
-        let webdav = self.list_dir_webdav(prefix).await;
+        let offered = match (&self.index_pages, way) {
+            (Some(pages), LISTING_UNKNOWN) => pages.offers_webdav(&self.raw_path(prefix)).await,
+            _ => None,
+        };
+        let webdav = match offered {
+            Some(false) => Err(StoreError::Unsupported("WebDAV PROPFIND (the server refuses it)")),
+            _ => self.list_dir_webdav(prefix).await,
+        };
         match webdav {
             Ok(entries) => {
                 self.listing.store(LISTING_WEBDAV, Ordering::Relaxed);
@@ -193,6 +96,14 @@ impl ObjectBackend {
                 )),
             },
         }
+    }
+
+    /// Whether the URL of `key` with a trailing slash is an HTML index page (a directory).
+    pub(super) async fn is_directory_page(&self, key: &str) -> bool {
+        let Some(pages) = &self.index_pages else {
+            return false;
+        };
+        matches!(pages.get(&self.raw_path(key)).await, Ok(Some(page)) if html_index::is_html(&page))
     }
 
     fn page_error(&self, prefix: &str, e: PageError) -> StoreError {

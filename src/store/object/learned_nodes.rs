@@ -175,6 +175,22 @@ impl Nodes {
         });
     }
 
+    /// The nearest node strictly above directory `dir` (`a/b/`), with its directory.
+    pub fn nearest_above(&self, dir: &str) -> Option<(String, KnownNode)> {
+        let map = self.map();
+        let above = dir
+            .trim_end_matches('/')
+            .rmatch_indices('/')
+            .map(|(i, _)| &dir[..=i])
+            .chain(std::iter::once("").filter(|_| !dir.is_empty()));
+        for at in above {
+            if let Some(node) = map.get(at) {
+                return Some((at.to_string(), node.clone()));
+            }
+        }
+        None
+    }
+
     /// The nearest array at or above directory `dir` (`a/b/`), with its directory.
     pub fn array_around(&self, dir: &str) -> Option<(String, KnownNode)> {
         let map = self.map();
@@ -264,6 +280,9 @@ mod tests {
         assert_eq!(known.array_around("a/b/").unwrap().0, "a/b/");
         assert!(known.array_around("a/").is_none());
         assert!(known.array_around("").is_none());
+        assert_eq!(known.nearest_above("a/b/0/").unwrap().0, "a/b/");
+        assert_eq!(known.nearest_above("a/b/").unwrap().0, "a/");
+        assert!(known.nearest_above("a/").is_none() && known.nearest_above("").is_none());
         // What another document says does not replace what the node's own said.
         known.learn(vec![("a/b/".into(), v2_array(&json!({}), false))]);
         assert!(known.get("a/b/").unwrap().read && known.get("a/b/").unwrap().grid.is_some());

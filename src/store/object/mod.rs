@@ -33,8 +33,10 @@ use super::{
 /// Which service, where behaviour differs.
 mod discovery;
 mod errors;
+mod hidden_documents;
 mod html_index;
 pub mod http_listing;
+mod index_pages;
 mod key_search;
 pub mod learned_nodes;
 mod read;
@@ -75,6 +77,10 @@ pub struct ObjectBackend {
     /// ... the directories searched by asking for what may be there (see [`key_search`]).
     searches: key_search::Searches,
     search: SearchOptions,
+    /// HTTP sources: the Zarr v2 documents their listings hide (see [`hidden_documents`]).
+    hidden: hidden_documents::HiddenDocuments,
+    /// HTTP sources: the server answered a range with the whole file; reads fetch whole files.
+    ignores_ranges: std::sync::atomic::AtomicBool,
 }
 
 impl ObjectBackend {
@@ -95,6 +101,8 @@ impl ObjectBackend {
             nodes: learned_nodes::Nodes::default(),
             searches: key_search::Searches::default(),
             search: SearchOptions::default(),
+            hidden: hidden_documents::HiddenDocuments::default(),
+            ignores_ranges: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -46,7 +46,23 @@ impl ObjectBackend {
             version: pinned.and_then(|v| v.strip_prefix("g:")).map(str::to_string),
             ..Default::default()
         };
-        match self.inner.get_opts(&path, options).await {
+        if options.range.is_some() && self.ignores_ranges.load(std::sync::atomic::Ordering::Relaxed) {
+            return self.get_whole(key, &path, opts, options, pin).await;
+        }
+        match self.inner.get_opts(&path, options.clone()).await {
+            // The server answered the range with the whole file (python's http.server does).
+            Err(object_store::Error::NotSupported { source })
+                if self.flavor == Flavor::Http && source.to_string().starts_with("Range request not supported") =>
+            {
+                if !self.ignores_ranges.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(
+                        source = %self.name,
+                        "the server ignores Range requests: every read fetches the whole file (slow for large shards; \
+                         a server that honours ranges, such as nginx or Apache, avoids it)"
+                    );
+                }
+                self.get_whole(key, &path, opts, options, pin).await
+            }
             Ok(result) => {
                 let (meta, offset) = (self.meta_of(&result.meta), result.range.start);
                 if let Some(expected) = pin {
@@ -85,8 +101,56 @@ impl ObjectBackend {
         }
     }
 
+    /// A ranged read from a server that ignores ranges: the whole file, cut here.
+    async fn get_whole(
+        &self,
+        key: &str,
+        path: &Path,
+        opts: &GetOptions,
+        mut options: object_store::GetOptions,
+        pin: Option<&Version>,
+    ) -> StoreResult<Option<GetResult>> {
+        options.range = None;
+        let result = match self.inner.get_opts(path, options).await {
+            Ok(result) => result,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.error(key, e)),
+        };
+        let meta = self.meta_of(&result.meta);
+        if let Some(expected) = pin.filter(|v| **v != meta.version) {
+            return Err(StoreError::VersionMismatch {
+                key: key.to_string(),
+                expected: expected.0.clone(),
+            });
+        }
+        let whole = result.bytes().await.map_err(|e| self.error(key, e))?;
+        let (start, end) = opts.byte_range().resolve(whole.len() as u64);
+        let (start, end) = (
+            usize::try_from(start).unwrap_or(usize::MAX),
+            usize::try_from(end).unwrap_or(usize::MAX),
+        );
+        let bytes = whole.slice(start.min(whole.len())..end.min(whole.len()));
+        Ok(Some(GetResult {
+            bytes,
+            offset: start as u64,
+            meta,
+        }))
+    }
+
     pub(super) async fn size_of(&self, path: &Path, key: &str) -> StoreResult<Option<object_store::ObjectMeta>> {
         match self.inner.head(path).await {
+            // A generated page carries neither an ETag nor a Last-Modified, which every stored
+            // file a web server serves has: a key answered so is a directory when the URL with
+            // a trailing slash is its index page (python's http.server answers a directory's URL
+            // with the page, after a redirect the client follows).
+            Ok(meta) if self.flavor == Flavor::Http && meta.e_tag.is_none() && meta.last_modified.timestamp() == 0 => {
+                if self.is_directory_page(key).await {
+                    self.discovered.add_dir(format!("{key}/"));
+                    Ok(None)
+                } else {
+                    Ok(Some(meta))
+                }
+            }
             Ok(meta) => Ok(Some(meta)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             // A static web server answers HEAD of a directory with a redirect to an index page,
