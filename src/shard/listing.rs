@@ -16,7 +16,7 @@
 use super::{ChunkLocation, ShardError, ShardedArray};
 use crate::store::{DirEntry, EntryKind};
 use crate::zarr::grid::box_coords;
-use crate::zarr::key_encoding::{parse_coord, ChunkKeyEncoding, Separator};
+use crate::zarr::key_encoding::{ChunkKeyEncoding, Separator};
 
 /// Most shards whose indexes a listing reads on a store that cannot be listed, unless the
 /// mount says otherwise (`--max-probe-shards`).
@@ -94,7 +94,12 @@ impl ShardedArray {
             let leaf = prefix.len() + 1 == self.ndim();
             for entry in self.store.list_dir(&self.shard_dir(&prefix)).await? {
                 let is_file = matches!(entry.kind, EntryKind::File { .. });
-                let Some(c) = parse_coord(&entry.name).filter(|_| is_file == leaf) else {
+                let level = prefix.len();
+                let Some(c) = self
+                    .encoding
+                    .parse_level(level, &entry.name)
+                    .filter(|_| is_file == leaf)
+                else {
                     continue;
                 };
                 let mut coords = prefix.clone();
@@ -198,7 +203,9 @@ impl ShardedArray {
                 let top = self.encoding.top_dir().filter(|_| exists);
                 Ok(top.map(DirEntry::dir).into_iter().collect())
             }
-            ChunkKeyEncoding::V2(Separator::Slash) if self.ndim() > 0 => self.list_chunk_dir(&[]).await,
+            ChunkKeyEncoding::V2(Separator::Slash) | ChunkKeyEncoding::Draft(Separator::Slash) if self.ndim() > 0 => {
+                self.list_chunk_dir(&[]).await
+            }
             _ => self.list_flat().await,
         }
     }
@@ -222,7 +229,8 @@ impl ShardedArray {
             let next = self.inner_grid[dim];
             let limit = self.options.max_probe_shards;
             if self.probe_box(&self.shard_prefix_of(prefix)).2 > limit && next <= limit {
-                return Ok((0..next).map(|i| DirEntry::dir(i.to_string())).collect());
+                let name = |i| self.encoding.level_name(dim, i);
+                return Ok((0..next).map(|i| DirEntry::dir(name(i))).collect());
             }
         }
         let mut children = std::collections::BTreeMap::new();
@@ -248,8 +256,8 @@ impl ShardedArray {
         Ok(children
             .into_iter()
             .map(|(i, size)| match size.filter(|_| leaf) {
-                Some((nbytes, mtime_ns)) => file(i.to_string(), nbytes, mtime_ns),
-                None => DirEntry::dir(i.to_string()),
+                Some((nbytes, mtime_ns)) => file(self.encoding.level_name(dim, i), nbytes, mtime_ns),
+                None => DirEntry::dir(self.encoding.level_name(dim, i)),
             })
             .collect())
     }
@@ -310,12 +318,13 @@ impl ShardedArray {
         let mut children: Vec<u64> = listed
             .iter()
             .filter(|e| e.kind == EntryKind::Dir)
-            .filter_map(|e| parse_coord(&e.name))
+            .filter_map(|e| self.encoding.parse_level(dim, &e.name))
             .flat_map(|s| self.covered(dim, s))
             .collect();
         children.sort_unstable();
         children.dedup();
-        Ok(children.into_iter().map(|i| DirEntry::dir(i.to_string())).collect())
+        let name = |i| self.encoding.level_name(dim, i);
+        Ok(children.into_iter().map(|i| DirEntry::dir(name(i))).collect())
     }
 
     /// Every chunk file of an array whose chunk keys have no directories.
@@ -362,7 +371,7 @@ impl ShardedArray {
     /// Coordinates of every stored shard of the array (one recursive listing).
     pub async fn stored_shards(&self) -> Result<Vec<Vec<u64>>, ShardError> {
         let root = match self.encoding {
-            ChunkKeyEncoding::Default(_) => format!("{}c", self.prefix),
+            ChunkKeyEncoding::Default(_) | ChunkKeyEncoding::Draft(_) => format!("{}c", self.prefix),
             ChunkKeyEncoding::V2(_) => self.prefix.clone(),
         };
         let keys = self.store.list_prefix(&root).await?;
@@ -376,7 +385,7 @@ impl ShardedArray {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::zarr::key_encoding::parse_coord;
 
     #[test]
     fn canonical_coordinates_only() {

@@ -34,6 +34,7 @@ impl View {
             Place::Sharded(node) => node,
             Place::Stored { group } => {
                 let mut entries = self.list_stored(dir).await?;
+                self.show_draft_array_docs(dir, &mut entries).await?;
                 if let Some(group) = group {
                     for (_, node) in entries.iter_mut().filter(|(name, _)| name == METADATA) {
                         *node = Self::group_node(dir, &group);
@@ -60,6 +61,22 @@ impl View {
         }
     }
 
+    /// In a draft hierarchy's metadata tree, a sharded array's document is the view's.
+    async fn show_draft_array_docs(&self, dir: &str, entries: &mut [(String, Node)]) -> Result<(), ViewError> {
+        if !entries.iter().any(|(name, _)| name.ends_with(".array.json")) {
+            return Ok(());
+        }
+        let prefix = dir_prefix(dir);
+        for (name, node) in entries.iter_mut().filter(|(name, _)| name.ends_with(".array.json")) {
+            if let Some(array) = self.draft_array_doc(&format!("{prefix}{name}")).await? {
+                let mtime_ns = node.mtime_ns;
+                *node = Self::array_doc_node(&array);
+                node.mtime_ns = mtime_ns;
+            }
+        }
+        Ok(())
+    }
+
     async fn list_stored(&self, dir: &str) -> Result<Vec<(String, Node)>, ViewError> {
         let prefix = dir_prefix(dir);
         let entries = self.store.list_dir(&prefix).await?;
@@ -76,8 +93,9 @@ impl View {
         let (encoding, ndim) = (array.encoding(), array.ndim());
         let mut out = Vec::new();
         for (name, stored) in self.list_stored(&node.dir).await? {
-            if name == METADATA {
-                let rewritten = Node::rewritten(node.rewritten.clone(), &node.dir, stored.mtime_ns);
+            if name == METADATA && node.draft.is_none() {
+                let mut rewritten = Self::array_doc_node(node);
+                rewritten.mtime_ns = stored.mtime_ns;
                 out.push((name, rewritten));
             } else if encoding.classify(&name, ndim) == ChunkPath::Other {
                 out.push((name, stored));

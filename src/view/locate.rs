@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::nodes::{GroupNode, NodeInfo, ShardedNode};
 use super::target::{Dest, Target};
 use super::{relative, split_parent, View, ViewError, ViewMode, METADATA};
+use crate::zarr::draft::DraftLayout;
 use crate::zarr::key_encoding::ChunkPath;
 
 /// A path of the view and what it means there.
@@ -101,6 +102,9 @@ impl View {
         if path.is_empty() {
             return Ok(At::Root);
         }
+        if let Some(node) = self.draft_array_doc(path).await? {
+            return Ok(At::ArrayDoc(node));
+        }
         let (parent, name) = split_parent(path);
         let node = match self.place(parent).await? {
             Place::Sharded(node) => node,
@@ -110,7 +114,7 @@ impl View {
             Place::Stored { .. } => return Ok(At::Stored { within: None }),
         };
         let rel = relative(&node.dir, path);
-        if rel == METADATA {
+        if rel == METADATA && node.draft.is_none() {
             return Ok(At::ArrayDoc(node));
         }
         let (encoding, ndim) = (node.array.encoding(), node.array.ndim());
@@ -122,6 +126,35 @@ impl View {
                 ChunkPath::Dir(_) | ChunkPath::Chunk(_) => At::NotAChunk(node),
                 ChunkPath::Other => At::Stored { within: Some(node) },
             },
+        })
+    }
+
+    /// The draft layout of the hierarchy, if it is a draft's (its root's entry point says).
+    pub(super) async fn draft_layout(&self) -> Result<Option<DraftLayout>, ViewError> {
+        if self.mode == ViewMode::Raw {
+            return Ok(None);
+        }
+        Ok(match self.nodes.info("").await? {
+            NodeInfo::Draft(layout) => Some(layout),
+            _ => None,
+        })
+    }
+
+    /// The sharded array whose stored metadata document is at `path`, in a draft hierarchy
+    /// (`meta/…array.json`: the view shows its rewritten document there).
+    pub(super) async fn draft_array_doc(&self, path: &str) -> Result<Option<Arc<ShardedNode>>, ViewError> {
+        if !path.ends_with(".array.json") {
+            return Ok(None);
+        }
+        let Some(layout) = self.draft_layout().await? else {
+            return Ok(None);
+        };
+        let Some(data_dir) = layout.data_dir_of_array_key(path) else {
+            return Ok(None);
+        };
+        Ok(match self.place(&data_dir).await? {
+            Place::Sharded(node) if node.dir == data_dir && node.meta_key == path => Some(node),
+            _ => None,
         })
     }
 
@@ -137,11 +170,17 @@ impl View {
             .chain(components)
             .chain((!dir.is_empty()).then_some(dir.len()));
         let mut group = None;
+        let mut draft = None;
         for end in ends {
-            match self.nodes.info(&dir[..end]).await? {
+            let info = match draft {
+                Some(layout) => self.nodes.draft_info(&dir[..end], layout).await?,
+                None => self.nodes.info(&dir[..end]).await?,
+            };
+            match info {
                 NodeInfo::Sharded(node) => return Ok(Place::Sharded(node)),
                 NodeInfo::Array => return Ok(Place::Stored { group: None }),
                 NodeInfo::Group(node) if end == dir.len() => group = Some(node),
+                NodeInfo::Draft(layout) => draft = Some(layout),
                 NodeInfo::Plain | NodeInfo::Group(_) => {}
             }
         }

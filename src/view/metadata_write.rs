@@ -26,6 +26,7 @@ use super::{Place, View, ViewError, METADATA};
 use crate::store::key::dir_prefix;
 use crate::store::{GetOptions, Precondition};
 use crate::zarr::consolidated::{array_entry_paths, declares_sharding};
+use crate::zarr::draft::translate_draft_array;
 use crate::zarr::translate::{to_stored_bytes, translate_array, translate_group, Refusal, Shown};
 
 fn metadata_key(dir: &str) -> String {
@@ -38,15 +39,22 @@ fn refused(key: String, refusal: Refusal) -> ViewError {
 }
 
 impl View {
-    /// Store a write of the view's `zarr.json` of a sharded array.
+    /// Store a write of the view's metadata document of a sharded array.
     pub async fn write_array_metadata(&self, node: &ShardedNode, written: &[u8]) -> Result<(), ViewError> {
-        let key = metadata_key(&node.dir);
+        let key = node.meta_key.clone();
         let stored = self
             .store
             .get(&key, GetOptions::default())
             .await?
             .ok_or_else(|| ViewError::NotFound(key.clone()))?;
-        match translate_array(&stored.bytes, &node.rewritten, written) {
+        let translated = match node.draft {
+            Some(_) if written == &node.rewritten[..] => Ok(None),
+            Some(_) => translate_draft_array(&node.stored, written)
+                .map(Some)
+                .map_err(|r| refused(key.clone(), r)),
+            None => translate_array(&stored.bytes, &node.rewritten, written).map_err(|r| refused(key.clone(), r)),
+        };
+        match translated {
             Ok(None) => Ok(()),
             Ok(Some(bytes)) => {
                 let version = Precondition::Version(stored.meta.version);
@@ -54,8 +62,25 @@ impl View {
                 self.nodes.forget(&node.dir);
                 Ok(())
             }
-            Err(refusal) => Err(refused(key, refusal)),
+            Err(e) => Err(e),
         }
+    }
+
+    /// A draft array document about to be stored at `key` (a path of the view that is stored
+    /// as it is): the data directory of its array, whose kind the view must look at again;
+    /// and if the document declares sharding, its client will write whole shards there, so
+    /// that array is shown as stored from now on.
+    pub(super) async fn draft_array_written(&self, key: &str, written: &[u8]) -> Result<Option<String>, ViewError> {
+        if !key.ends_with(".array.json") {
+            return Ok(None);
+        }
+        let Some(data_dir) = self.draft_layout().await?.and_then(|l| l.data_dir_of_array_key(key)) else {
+            return Ok(None);
+        };
+        if crate::zarr::draft::declares_sharding(written) {
+            self.created(&data_dir);
+        }
+        Ok(Some(data_dir))
     }
 
     /// Store a `zarr.json` written at directory `dir`, outside sharded arrays.

@@ -33,7 +33,7 @@ use crate::store::key::dir_prefix;
 use crate::store::{ByteRange, GetOptions, Store};
 pub use locate::Located;
 use locate::{At, Place};
-use nodes::{GroupNode, NodeCache};
+use nodes::{GroupNode, NodeCache, ShardedNode};
 pub use open_file::{OpenFile, SNAPSHOT_LIMIT};
 pub use target::{Batch, Target};
 use types::Source;
@@ -115,7 +115,7 @@ impl View {
             At::Root => Ok(Some(Node::dir())),
             At::NodeDoc { group: Some(group) } => Ok(Some(Self::group_node(split_parent(path).0, group))),
             At::NodeDoc { group: None } | At::Stored { .. } => self.lookup_stored(path).await,
-            At::ArrayDoc(node) => Ok(Some(Node::rewritten(node.rewritten.clone(), &node.dir, node.mtime_ns))),
+            At::ArrayDoc(node) => Ok(Some(Self::array_doc_node(node))),
             At::Chunk { node, coords } => Ok(node.array.locate(coords).await?.map(|loc| Node {
                 size: loc.nbytes,
                 mtime_ns: loc.mtime_ns,
@@ -145,7 +145,13 @@ impl View {
 
     /// The node of the rewritten group document of directory `dir`.
     fn group_node(dir: &str, group: &GroupNode) -> Node {
-        Node::rewritten(group.rewritten.clone(), dir, group.mtime_ns)
+        let key = format!("{}{METADATA}", dir_prefix(dir));
+        Node::rewritten(group.rewritten.clone(), dir, &key, group.mtime_ns)
+    }
+
+    /// The node of a sharded array's rewritten metadata document.
+    fn array_doc_node(node: &ShardedNode) -> Node {
+        Node::rewritten(node.rewritten.clone(), &node.dir, &node.meta_key, node.mtime_ns)
     }
 
     async fn lookup_stored(&self, path: &str) -> Result<Option<Node>, ViewError> {
@@ -208,7 +214,7 @@ impl View {
             Source::Stored { key, .. } => key.clone(),
             // Chunk keys of the view are spelled like shard keys of the store.
             Source::Chunk { array, coords, .. } => array.shard_key(coords),
-            Source::Rewritten { dir, .. } => format!("{}{METADATA}", dir_prefix(dir)),
+            Source::Rewritten { key, .. } => key.clone(),
             Source::Dir | Source::Unstored => String::new(),
         }
     }

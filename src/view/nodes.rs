@@ -20,10 +20,11 @@ use lru::LruCache;
 
 use crate::shard::{IndexCache, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
-use crate::store::{GetOptions, Store, StoreError, Version};
+use crate::store::{GetOptions, GetResult, Store, StoreError, Version};
 use crate::zarr::consolidated::rewrite_group;
-use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
-use crate::zarr::sharding::{analyse, rewrite_unsharded, Sharding};
+use crate::zarr::draft::{parse_draft_array, rewrite_draft_unsharded, DraftLayout};
+use crate::zarr::metadata::{parse_zarr_json, ArrayMetadata, NodeMetadata};
+use crate::zarr::sharding::{analyse, rewrite_unsharded, ShardLayout, Sharding};
 
 /// How many directories' node kinds are remembered.
 const NODE_CACHE_ENTRIES: usize = 65_536;
@@ -31,8 +32,13 @@ const NODE_CACHE_ENTRIES: usize = 65_536;
 /// A sharded array as the view shows it.
 #[derive(Debug)]
 pub struct ShardedNode {
-    /// The array's directory (`""` for the root).
+    /// The array's directory (`""` for the root): where its chunk keys are.
     pub dir: String,
+    /// The key of its stored metadata document (`<dir>/zarr.json`, or a draft's
+    /// `meta/…array.json`).
+    pub meta_key: String,
+    /// The draft whose layout it follows, if any.
+    pub draft: Option<DraftLayout>,
     pub array: Arc<ShardedArray>,
     /// The view's `zarr.json`.
     pub rewritten: Bytes,
@@ -54,6 +60,9 @@ pub struct GroupNode {
 pub enum NodeInfo {
     /// A directory or group: arrays may lie below.
     Plain,
+    /// The root of a draft hierarchy: its arrays' data directories are placed by
+    /// [`NodeCache::draft_info`].
+    Draft(DraftLayout),
     /// A group shown with a rewritten document; arrays may lie below.
     Group(Arc<GroupNode>),
     /// An array shown as stored; nothing below it is a node.
@@ -64,6 +73,8 @@ pub enum NodeInfo {
 #[derive(Debug)]
 struct Cached {
     info: NodeInfo,
+    /// The metadata document the kind was read from (or the first one looked for).
+    key: String,
     version: Option<Version>,
     checked_at: Instant,
 }
@@ -132,12 +143,13 @@ impl NodeCache {
         matches!(self.cached(dir), Some((_, Some(_), age)) if age < self.ttl)
     }
 
-    fn remember(&self, dir: &str, info: NodeInfo, version: Option<Version>) {
+    fn remember(&self, dir: &str, info: NodeInfo, key: String, version: Option<Version>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.put(
             dir.to_string(),
             Cached {
                 info,
+                key,
                 version,
                 checked_at: Instant::now(),
             },
@@ -149,73 +161,146 @@ impl NodeCache {
         self.entries.lock().unwrap_or_else(|e| e.into_inner()).pop(dir);
     }
 
-    /// The kind of the directory `dir`.
+    /// The kind of the directory `dir` (of a final hierarchy, or the root of any).
     pub async fn info(&self, dir: &str) -> Result<NodeInfo, StoreError> {
+        let key = format!("{}zarr.json", dir_prefix(dir));
+        self.info_from(dir, std::slice::from_ref(&key), None).await
+    }
+
+    /// The kind of the directory `dir` of a draft hierarchy: a sharded array when its
+    /// metadata document (`meta/…array.json`) says so, else plain. Outside the data tree no
+    /// document is looked for.
+    pub async fn draft_info(&self, dir: &str, layout: DraftLayout) -> Result<NodeInfo, StoreError> {
+        let keys = layout.array_keys_for_data_dir(dir);
+        if keys.is_empty() {
+            return Ok(NodeInfo::Plain);
+        }
+        self.info_from(dir, &keys, Some(layout)).await
+    }
+
+    /// The kind of `dir` from the first of `keys` that is stored (cached for the TTL, then
+    /// revalidated by the document's version).
+    async fn info_from(&self, dir: &str, keys: &[String], draft: Option<DraftLayout>) -> Result<NodeInfo, StoreError> {
         let cached = self.cached(dir);
         if let Some((info, _, age)) = &cached {
             if *age < self.ttl {
                 return Ok(info.clone());
             }
         }
-        let key = format!("{}zarr.json", dir_prefix(dir));
         if let Some((info, version, _)) = cached {
+            let key = self.cached_key(dir).unwrap_or_default();
             let current = self.store.head(&key).await?.map(|m| m.version);
-            if current == version {
-                self.remember(dir, info.clone(), version);
+            if current == version && (version.is_some() || keys.len() == 1) {
+                self.remember(dir, info.clone(), key, version);
                 return Ok(info);
             }
         }
-        let (info, version) = self.load(dir, &key).await?;
-        self.remember(dir, info.clone(), version);
-        Ok(info)
+        for key in keys {
+            if let Some(got) = self.store.get(key, GetOptions::default()).await? {
+                let version = Some(got.meta.version.clone());
+                let info = match draft {
+                    Some(layout) => self.load_draft(dir, key, &got, layout),
+                    None => self.load(dir, key, &got),
+                };
+                self.remember(dir, info.clone(), key.clone(), version.clone());
+                return Ok(info);
+            }
+        }
+        let first = keys.first().cloned().unwrap_or_default();
+        self.remember(dir, NodeInfo::Plain, first, None);
+        Ok(NodeInfo::Plain)
     }
 
-    async fn load(&self, dir: &str, key: &str) -> Result<(NodeInfo, Option<Version>), StoreError> {
-        let Some(got) = self.store.get(key, GetOptions::default()).await? else {
-            return Ok((NodeInfo::Plain, None));
-        };
-        let version = Some(got.meta.version.clone());
+    fn cached_key(&self, dir: &str) -> Option<String> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.get(dir).map(|c| c.key.clone())
+    }
+
+    fn load(&self, dir: &str, key: &str, got: &GetResult) -> NodeInfo {
+        if dir.is_empty() {
+            if let Some(layout) = DraftLayout::of_entry_point(&got.bytes) {
+                return NodeInfo::Draft(layout);
+            }
+        }
         let meta = match parse_zarr_json(&got.bytes) {
-            Ok(NodeMetadata::Array(_)) if self.is_shown_as_stored(dir) => return Ok((NodeInfo::Array, version)),
+            Ok(NodeMetadata::Array(_)) if self.is_shown_as_stored(dir) => return NodeInfo::Array,
             Ok(NodeMetadata::Array(meta)) => meta,
-            Ok(NodeMetadata::Group { raw }) => return Ok((self.group(dir, &raw, got.meta.mtime_ns), version)),
+            Ok(NodeMetadata::Group { raw }) => return self.group(dir, &raw, got.meta.mtime_ns),
             Err(e) => {
                 tracing::warn!(key, reason = %e, "unreadable metadata; node shown as stored");
-                return Ok((NodeInfo::Plain, version));
+                return NodeInfo::Plain;
             }
         };
         let layout = match analyse(&meta) {
-            Sharding::None => return Ok((NodeInfo::Array, version)),
+            Sharding::None => return NodeInfo::Array,
             Sharding::Unsupported(reason) => {
                 tracing::warn!(key, %reason, "sharded array cannot be unsharded; shown as stored");
-                return Ok((NodeInfo::Array, version));
+                return NodeInfo::Array;
             }
             Sharding::Sharded(layout) => layout,
         };
         let rewritten = Bytes::from(rewrite_unsharded(&meta, &layout));
-        let prefix = dir_prefix(dir);
+        self.sharded(dir, key, None, &meta, layout, rewritten, got.meta.mtime_ns)
+    }
+
+    fn load_draft(&self, dir: &str, key: &str, got: &GetResult, layout: DraftLayout) -> NodeInfo {
+        if self.is_shown_as_stored(dir) {
+            return NodeInfo::Array;
+        }
+        let array = match parse_draft_array(&got.bytes) {
+            Ok(array) => array,
+            Err(e) => {
+                tracing::warn!(key, reason = %e, "unreadable draft array metadata; shown as stored");
+                return NodeInfo::Array;
+            }
+        };
+        let Some(sharding) = array.sharding else {
+            return NodeInfo::Array;
+        };
+        let rewritten = Bytes::from(rewrite_draft_unsharded(&array.meta.raw));
+        self.sharded(
+            dir,
+            key,
+            Some(layout),
+            &array.meta,
+            sharding,
+            rewritten,
+            got.meta.mtime_ns,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn sharded(
+        &self,
+        dir: &str,
+        key: &str,
+        draft: Option<DraftLayout>,
+        meta: &ArrayMetadata,
+        layout: ShardLayout,
+        rewritten: Bytes,
+        mtime_ns: Option<i128>,
+    ) -> NodeInfo {
         let array = ShardedArray::new(
             self.store.clone(),
-            prefix,
-            &meta,
+            dir_prefix(dir),
+            meta,
             layout,
             self.index_cache.clone(),
             self.shard_options.clone(),
         );
         match array {
-            Ok(array) => {
-                let node = ShardedNode {
-                    dir: dir.to_string(),
-                    array: Arc::new(array),
-                    rewritten,
-                    stored: meta.raw,
-                    mtime_ns: got.meta.mtime_ns,
-                };
-                Ok((NodeInfo::Sharded(Arc::new(node)), version))
-            }
+            Ok(array) => NodeInfo::Sharded(Arc::new(ShardedNode {
+                dir: dir.to_string(),
+                meta_key: key.to_string(),
+                draft,
+                array: Arc::new(array),
+                rewritten,
+                stored: meta.raw.clone(),
+                mtime_ns,
+            })),
             Err(e) => {
                 tracing::warn!(key, reason = %e, "sharded array cannot be unsharded; shown as stored");
-                Ok((NodeInfo::Array, version))
+                NodeInfo::Array
             }
         }
     }

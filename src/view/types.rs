@@ -92,10 +92,12 @@ pub(super) enum Source {
         key: String,
         version: Option<Version>,
     },
-    /// Bytes the view made: the rewritten `zarr.json` of the node at `dir`.
+    /// Bytes the view made: the rewritten metadata document of the node at `dir`, whose
+    /// stored document is `key`.
     Rewritten {
         bytes: Bytes,
         dir: String,
+        key: String,
     },
     /// An inner chunk of a sharded array, with where it was found when the file was opened.
     Chunk {
@@ -152,24 +154,25 @@ impl Node {
                 let loc = at.as_ref()?;
                 format!("{}@{}:{}+{}", loc.shard_key, loc.version.0, loc.offset, loc.nbytes)
             }
-            Source::Rewritten { bytes, dir } => {
+            Source::Rewritten { bytes, key, .. } => {
                 use std::hash::{Hash, Hasher};
                 let mut hasher = std::collections::hash_map::DefaultHasher::new();
                 bytes.hash(&mut hasher);
-                format!("{dir}/zarr.json#{}:{:016x}", bytes.len(), hasher.finish())
+                format!("{key}#{}:{:016x}", bytes.len(), hasher.finish())
             }
             Source::Dir | Source::Unstored => return None,
         };
         Some(ContentId(id))
     }
 
-    pub(super) fn rewritten(bytes: Bytes, dir: &str, mtime_ns: Option<i128>) -> Self {
+    pub(super) fn rewritten(bytes: Bytes, dir: &str, key: &str, mtime_ns: Option<i128>) -> Self {
         Node {
             size: bytes.len() as u64,
             mtime_ns,
             source: Source::Rewritten {
                 bytes,
                 dir: dir.to_string(),
+                key: key.to_string(),
             },
         }
     }

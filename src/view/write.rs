@@ -14,7 +14,7 @@ use bytes::Bytes;
 use super::locate::{At, Located};
 use super::target::{Dest, Target};
 use super::types::Source;
-use super::{Node, View, ViewError, METADATA};
+use super::{Node, View, ViewError};
 use crate::store::key::dir_prefix;
 
 /// What making a directory did.
@@ -33,7 +33,12 @@ impl View {
         match &target.0 {
             Dest::Chunk { node, coords } => Ok(node.array.write_chunk(coords, Some(data)).await?),
             Dest::Stored { key } => {
-                self.store.set(key, data).await?;
+                let draft_array = self.draft_array_written(key, &data).await?;
+                let stored = self.store.set(key, data).await;
+                if let Some(dir) = draft_array {
+                    self.nodes.forget(&dir);
+                }
+                stored?;
                 Ok(())
             }
             Dest::ArrayDoc(node) => self.write_array_metadata(node, &data).await,
@@ -73,8 +78,8 @@ impl View {
             Source::Dir => Err(ViewError::IsADirectory),
             Source::Chunk { array, coords, .. } => Ok(array.write_chunk(coords, None).await?),
             Source::Stored { key, .. } => Ok(self.store.erase(key).await?),
-            Source::Rewritten { dir, .. } => {
-                self.store.erase(&format!("{}{METADATA}", dir_prefix(dir))).await?;
+            Source::Rewritten { dir, key, .. } => {
+                self.store.erase(key).await?;
                 self.nodes.forget(dir);
                 Ok(())
             }
@@ -94,6 +99,17 @@ impl View {
                 let data = self.read(node, 0, u64::MAX).await?;
                 self.commit(to, data).await?;
                 self.remove(node).await
+            }
+            (Source::Stored { key, .. }, Dest::Stored { key: dest }) if dest.ends_with(".array.json") => {
+                // A draft array's document put in place (as clients write files): looked at
+                // like a write of it.
+                let data = self.read(node, 0, u64::MAX).await?;
+                let draft_array = self.draft_array_written(dest, &data).await?;
+                let moved = self.store.rename(key, dest).await;
+                if let Some(dir) = draft_array {
+                    self.nodes.forget(&dir);
+                }
+                Ok(moved?)
             }
             (Source::Stored { key, .. }, Dest::Stored { key: dest }) => Ok(self.store.rename(key, dest).await?),
             (Source::Stored { key, .. }, Dest::Chunk { .. } | Dest::ArrayDoc(_) | Dest::NodeDoc { .. }) => {

@@ -6,6 +6,10 @@
 //! - `v2`: coordinates joined by the separator (`1.2`, `1/2`; `0` for a 0-d
 //!   array); separator defaults to `.`.
 //!
+//! The v3 drafts of 2020 and 2022 spell keys a third way: `c` directly followed by the
+//! coordinates joined by the separator (`c1/2`, `c1.2`; `c` for a 0-d array), so that with `/`
+//! the first directory level is named `c1`, the next ones `2`.
+//!
 //! Decoding is canonical-only: a key is accepted only if `encode` would have
 //! produced exactly that string. This makes the key <-> coordinates mapping a
 //! bijection, so the filesystem never shows two names for one chunk and never
@@ -48,6 +52,8 @@ impl Separator {
 pub enum ChunkKeyEncoding {
     Default(Separator),
     V2(Separator),
+    /// The v3 drafts' `c1/2` (the separator from the draft's `chunk_grid`).
+    Draft(Separator),
 }
 
 /// What a path relative to the array directory denotes.
@@ -105,7 +111,7 @@ impl ChunkKeyEncoding {
 
     pub fn separator(&self) -> char {
         match self {
-            ChunkKeyEncoding::Default(s) | ChunkKeyEncoding::V2(s) => s.as_char(),
+            ChunkKeyEncoding::Default(s) | ChunkKeyEncoding::V2(s) | ChunkKeyEncoding::Draft(s) => s.as_char(),
         }
     }
 
@@ -118,6 +124,15 @@ impl ChunkKeyEncoding {
                 key.push('c');
                 for c in coords {
                     key.push(sep);
+                    key.push_str(&c.to_string());
+                }
+            }
+            ChunkKeyEncoding::Draft(_) => {
+                key.push('c');
+                for (i, c) in coords.iter().enumerate() {
+                    if i > 0 {
+                        key.push(sep);
+                    }
                     key.push_str(&c.to_string());
                 }
             }
@@ -148,11 +163,29 @@ impl ChunkKeyEncoding {
             dir.push_str(top);
             dir.push('/');
         }
-        for c in prefix {
-            dir.push_str(&c.to_string());
+        for (level, &c) in prefix.iter().enumerate() {
+            dir.push_str(&self.level_name(level, c));
             dir.push('/');
         }
         dir
+    }
+
+    /// The name, at `level` of the chunk tree (0: in the array's directory or its top
+    /// directory), of the entry for coordinate `c`: `c1` at the first level of the drafts'
+    /// keys, `1` everywhere else.
+    pub fn level_name(&self, level: usize, c: u64) -> String {
+        match self {
+            ChunkKeyEncoding::Draft(_) if level == 0 => format!("c{c}"),
+            _ => c.to_string(),
+        }
+    }
+
+    /// The coordinate an entry named `name` at `level` of the chunk tree stands for.
+    pub fn parse_level(&self, level: usize, name: &str) -> Option<u64> {
+        match self {
+            ChunkKeyEncoding::Draft(_) if level == 0 => parse_coord(name.strip_prefix('c')?),
+            _ => parse_coord(name),
+        }
     }
 
     /// The one directory of the array's own directory that holds every chunk key of an array
@@ -179,6 +212,13 @@ impl ChunkKeyEncoding {
                 }
                 parse_coords(key, sep, ndim)
             }
+            ChunkKeyEncoding::Draft(_) => {
+                let rest = key.strip_prefix('c')?;
+                if ndim == 0 {
+                    return rest.is_empty().then(Vec::new);
+                }
+                parse_coords(rest, sep, ndim)
+            }
         }
     }
 
@@ -204,6 +244,10 @@ impl ChunkKeyEncoding {
                 None => return ChunkPath::Other,
             },
             ChunkKeyEncoding::V2(_) => (rel, 1),
+            ChunkKeyEncoding::Draft(_) => match rel.strip_prefix('c') {
+                Some(rest) if !rest.is_empty() => (rest, 1),
+                _ => return ChunkPath::Other,
+            },
         };
         let mut coords = Vec::new();
         for part in coord_part.split('/') {
@@ -266,11 +310,13 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    const ALL: [ChunkKeyEncoding; 4] = [
+    const ALL: [ChunkKeyEncoding; 6] = [
         ChunkKeyEncoding::Default(Separator::Slash),
         ChunkKeyEncoding::Default(Separator::Dot),
         ChunkKeyEncoding::V2(Separator::Slash),
         ChunkKeyEncoding::V2(Separator::Dot),
+        ChunkKeyEncoding::Draft(Separator::Slash),
+        ChunkKeyEncoding::Draft(Separator::Dot),
     ];
     const DEF_SLASH: ChunkKeyEncoding = ChunkKeyEncoding::Default(Separator::Slash);
 
@@ -324,6 +370,35 @@ mod tests {
         assert!(p(json!({"name": "default", "configuration": []})).is_err());
         assert!(p(json!({"configuration": {}})).is_err());
         assert!(p(json!(7)).is_err());
+    }
+
+    #[test]
+    fn the_drafts_keys() {
+        let slash = ChunkKeyEncoding::Draft(Separator::Slash);
+        let dot = ChunkKeyEncoding::Draft(Separator::Dot);
+        assert_eq!(slash.encode(&[1, 23, 45]), "c1/23/45");
+        assert_eq!(dot.encode(&[1, 23]), "c1.23");
+        assert_eq!(slash.encode(&[]), "c");
+        assert_eq!(slash.decode("c1/23/45", 3), Some(vec![1, 23, 45]));
+        assert_eq!(slash.decode("c", 0), Some(vec![]));
+        for bad in ["c/1/2", "c01/2", "1/2", "c1/2/", "c1.2"] {
+            assert_eq!(slash.decode(bad, 2), None, "{bad}");
+        }
+        assert_eq!(slash.dir_of(&[4, 5]), "c4/5/");
+        assert_eq!(slash.top_dir(), None);
+        assert_eq!(slash.classify("c4", 3), ChunkPath::Dir(vec![4]));
+        assert_eq!(slash.classify("c4/5", 3), ChunkPath::Dir(vec![4, 5]));
+        assert_eq!(slash.classify("c4/5/6", 3), ChunkPath::Chunk(vec![4, 5, 6]));
+        assert_eq!(slash.classify("c", 3), ChunkPath::Other);
+        assert_eq!(slash.classify("c4", 1), ChunkPath::Chunk(vec![4]));
+        assert_eq!(dot.classify("c4", 2), ChunkPath::Other);
+        assert_eq!(
+            (slash.level_name(0, 3), slash.level_name(1, 3)),
+            ("c3".into(), "3".into())
+        );
+        assert_eq!(slash.parse_level(0, "c3"), Some(3));
+        assert_eq!(slash.parse_level(0, "3"), None);
+        assert_eq!(slash.parse_level(1, "3"), Some(3));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 pub mod chunk_keys;
 pub mod consolidated;
+pub mod draft;
 pub mod error;
 pub mod grid;
 mod json;

@@ -185,6 +185,7 @@ pub fn encoding_json(e: ChunkKeyEncoding) -> Value {
         ChunkKeyEncoding::V2(s) => {
             json!({"name": "v2", "configuration": {"separator": s.as_char().to_string()}})
         }
+        ChunkKeyEncoding::Draft(_) => panic!("final v3 metadata has no draft chunk keys"),
     }
 }
 

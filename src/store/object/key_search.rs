@@ -185,7 +185,8 @@ impl ObjectBackend {
         let limit = self.search.max_keys;
         let next = grid.grid.get(coords.len()).copied().unwrap_or(0);
         if !grid.flat() && coords.len() + 1 < grid.ndim() && next <= limit {
-            return Ok((0..next).map(|i| DirEntry::dir(i.to_string())).collect());
+            let name = |i| grid.encoding.level_name(coords.len(), i);
+            return Ok((0..next).map(|i| DirEntry::dir(name(i))).collect());
         }
         tracing::warn!(
             source = %self.name,
