@@ -6,7 +6,9 @@
 #     (re)installed only when the requirements changed (stamp file holds their hash).
 # With --test, also what the tests need beyond that: the remote-source test servers
 # (scripts/requirements-remote.txt in the same venv with its own stamp, azurite@3.35.0 in
-# $REPO/.cache/npm, nginx-light with the WebDAV ext module) and systemd-analyze.
+# $REPO/.cache/npm, nginx-light with the WebDAV ext module) and systemd-analyze, and the legacy
+# readers: zarr-python 2.18 in $REPO/.venv-legacy (scripts/requirements-legacy.txt, own stamp)
+# and GDAL (gdal-bin).
 # Idempotent: a second run does no network access and takes about a second.
 set -euo pipefail
 
@@ -107,6 +109,25 @@ install_azurite() {
     [ -x "$NPM_PREFIX/node_modules/.bin/azurite-blob" ]
 }
 
+# --- legacy readers (draft layouts, Zarr v2) ---------------------------------------------------
+LEGACY_REQS="$REPO/scripts/requirements-legacy.txt"
+LEGACY_VENV="$REPO/.venv-legacy"
+LEGACY_STAMP="$LEGACY_VENV/.requirements.sha256"
+
+install_legacy() {
+    apt_install_missing gdal-bin
+    local want
+    want=$({ sha256sum "$LEGACY_REQS"; python3 --version; } | sha256sum | cut -d' ' -f1)
+    if [ -f "$LEGACY_STAMP" ] && [ "$(cat "$LEGACY_STAMP")" = "$want" ]; then
+        return
+    fi
+    say "installing the legacy readers (scripts/requirements-legacy.txt) into $LEGACY_VENV"
+    [ -x "$LEGACY_VENV/bin/python" ] || python3 -m venv "$LEGACY_VENV"
+    "$LEGACY_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$LEGACY_REQS"
+    "$LEGACY_VENV/bin/python" -c 'import zarr; assert zarr.__version__ == "2.18.7"'
+    echo "$want" > "$LEGACY_STAMP"
+}
+
 install_remote() {
     install_remote_debs
     install_remote_venv
@@ -118,5 +139,6 @@ install_debs
 install_venv
 if [ "${1:-}" = "--test" ]; then
     install_remote
+    install_legacy
 fi
 say "done"
