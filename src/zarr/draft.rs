@@ -28,7 +28,7 @@ use serde_json::{Map, Value};
 use crate::zarr::grid::checked_product;
 use crate::zarr::json;
 use crate::zarr::key_encoding::{ChunkKeyEncoding, Separator};
-use crate::zarr::metadata::ArrayMetadata;
+use crate::zarr::metadata::{ArrayMetadata, CodecSpec};
 use crate::zarr::sharding::{Endian, IndexCodec, IndexLocation, ShardLayout, ShardLevel, ShardingConfig};
 use crate::zarr::translate::Refusal;
 use crate::zarr::ZarrError;
@@ -140,6 +140,34 @@ fn is_sharding(t: &Map<String, Value>) -> bool {
     by_extension || t.get("name").and_then(Value::as_str) == Some("sharding")
 }
 
+/// The codecs a draft array's chunks are encoded with (2020: `compressor`, 2022: `codecs`),
+/// named by the URI's name segment (`…/codec/zlib/1.0` -> `zlib`).
+fn draft_codecs(doc: &Map<String, Value>) -> Vec<CodecSpec> {
+    let specs = doc
+        .get("codecs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .chain(doc.get("compressor").filter(|c| !c.is_null()).cloned());
+    specs
+        .filter_map(|raw| {
+            let uri = raw.get("codec").or_else(|| raw.get("type"))?.as_str()?.to_string();
+            let mut segments = uri.trim_end_matches('/').rsplit('/');
+            let name = match (segments.next(), segments.next()) {
+                (Some(version), Some(name)) if version.starts_with(|c: char| c.is_ascii_digit()) => name,
+                (Some(last), _) => last,
+                _ => uri.as_str(),
+            };
+            Some(CodecSpec {
+                name: name.to_string(),
+                configuration: raw.get("configuration").cloned().unwrap_or(Value::Null),
+                raw: raw.clone(),
+            })
+        })
+        .collect()
+}
+
 /// Parse a draft array document.
 pub fn parse_draft_array(bytes: &[u8]) -> Result<DraftArray, ZarrError> {
     let raw: Value = serde_json::from_slice(bytes).map_err(|e| ZarrError::Json { reason: e.to_string() })?;
@@ -206,7 +234,7 @@ pub fn parse_draft_array(bytes: &[u8]) -> Result<DraftArray, ZarrError> {
         sharding = Some(ShardLayout {
             levels: vec![ShardLevel::new(&shard_shape, &config)?],
             inner_chunk_shape: chunk_shape.clone(),
-            inner_codecs: Vec::new(),
+            inner_codecs: draft_codecs(doc),
         });
     }
     let stored_chunk_shape = match &sharding {
@@ -219,7 +247,7 @@ pub fn parse_draft_array(bytes: &[u8]) -> Result<DraftArray, ZarrError> {
             data_type: doc.get("data_type").cloned().unwrap_or(Value::Null),
             chunk_shape: stored_chunk_shape,
             chunk_key_encoding: ChunkKeyEncoding::Draft(separator),
-            codecs: Vec::new(),
+            codecs: draft_codecs(doc),
             fill_value: doc.get("fill_value").cloned().unwrap_or(Value::Null),
             storage_transformers: Vec::new(),
             raw: raw.clone(),
@@ -348,6 +376,8 @@ mod tests {
         assert_eq!(layout.levels[0].index_size(), 64);
         assert_eq!(a.meta.chunk_key_encoding, ChunkKeyEncoding::Draft(Separator::Slash));
         assert_eq!(a.meta.chunk_shape, [6, 4]);
+        assert_eq!(a.meta.codecs[0].name, "zlib");
+        assert_eq!(layout.inner_codecs[0].name, "zlib");
         let shown: Value = serde_json::from_slice(&rewrite_draft_unsharded(&raw)).unwrap();
         assert!(shown.get("storage_transformers").is_none());
         assert_eq!(shown["chunk_grid"], raw["chunk_grid"]);

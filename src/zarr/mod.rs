@@ -15,6 +15,7 @@ pub mod error;
 pub mod grid;
 mod json;
 pub mod key_encoding;
+pub mod legacy;
 pub mod locate;
 pub mod metadata;
 pub mod rewrite;

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, run_zarrfs
 from helpers import walk_files
 from mounting import tree_digest
 
@@ -213,3 +213,29 @@ def test_the_2022_layout_byte_for_byte(drafts, mounter, layout):
 def test_the_raw_view_of_a_draft_is_the_store(drafts, mounter, layout):
     view = mounter(drafts / layout, "--read-only", "--view", "raw")
     assert tree_digest(view.path()) == tree_digest(drafts / layout)
+
+
+@pytest.mark.parametrize("layout", ["2020", "2022", "2022root"])
+def test_inspect_reports_the_draft_layout_of_each_node(zarrfs_bin, drafts, layout):
+    res = run_zarrfs(zarrfs_bin, "inspect", drafts / layout, "--json")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    name = "draft 2020" if layout == "2020" else "draft 2022"
+    if layout == "2020":
+        want = {a["path"]: a["sharded"] for a in manifest(drafts)}
+        assert report["group_layouts"] == {"grp": name, "grp/sub": name}
+    else:
+        want = {path: True for path in json.loads((drafts / f"{layout}.json").read_text())}
+        assert report["group_layouts"] == {"": name}
+    assert {a["path"]: a["sharded"] for a in report["arrays"]} == want
+    assert {a["layout"] for a in report["arrays"]} == {name}
+    assert report["problems"] == [] and all(a["problems"] == [] for a in report["arrays"])
+    if layout == "2020":
+        arr = next(a for a in report["arrays"] if a["path"] == "grp/arr")
+        assert (arr["chunk_shape"], arr["shard_shape"], arr["codecs"]) == ([3, 2], [6, 4], ["zlib"])
+        assert arr["shards"] == 6 and arr["inner_chunks"] == 20
+    else:
+        for path, array in json.loads((drafts / f"{layout}.json").read_text()).items():
+            got = next(a for a in report["arrays"] if a["path"] == path)
+            assert got["inner_chunks"] == len(array["view_files"]), path
+            assert got["codecs"] == ["gzip"]

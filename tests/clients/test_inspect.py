@@ -36,10 +36,27 @@ def problems_for(report: dict, path: str) -> list[str]:
     return own + [p for p in report.get("problems", []) if path in p]
 
 
+LEGACY_ARRAYS = {"legacy/v1": "v1", "legacy/v2/dots": "v2", "legacy/v2/slashes": "v2"}
+LEGACY_GROUPS = {"legacy": "v2", "legacy/v2": "v2"}
+
+
 def test_inspect_lists_arrays_and_groups(report, tree):
-    assert sorted(a["path"] for a in report["arrays"]) == sorted(a["path"] for a in tree.arrays())
-    assert sorted(report["groups"]) == sorted(tree.manifest["groups"])
+    """Every node with its layout: the fixture's v3 nodes, and the v2/v1 ones beside them."""
+    v3 = sorted(a["path"] for a in report["arrays"] if a["layout"] == "v3")
+    assert v3 == sorted(a["path"] for a in tree.arrays())
+    legacy = {a["path"]: a["layout"] for a in report["arrays"] if a["layout"] != "v3"}
+    assert legacy == LEGACY_ARRAYS
+    assert sorted(report["groups"]) == sorted(tree.manifest["groups"] + list(LEGACY_GROUPS))
+    assert report["group_layouts"] == {**{g: "v3" for g in tree.manifest["groups"]}, **LEGACY_GROUPS}
     assert report["problems"] == []
+
+
+def test_inspect_reports_legacy_arrays(report):
+    dots = array_of(report, "legacy/v2/dots")
+    assert (dots["shape"], dots["chunk_shape"], dots["data_type"]) == ([6, 5], [4, 4], "<i4")
+    assert dots["sharded"] is False and dots["inner_chunks"] == 4 and dots["codecs"] == ["blosc"]
+    assert array_of(report, "legacy/v2/slashes")["inner_chunks"] == 3
+    assert array_of(report, "legacy/v1")["inner_chunks"] == 1
 
 
 @pytest.mark.parametrize("path", manifest_entries())

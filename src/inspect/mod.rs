@@ -4,6 +4,12 @@
 //! also a health check. Groups' consolidated metadata is checked against the arrays it
 //! describes: a stale or dangling entry is a problem, since readers that trust consolidated
 //! metadata (xarray and zarr-python by default) would act on it.
+//!
+//! Each node's layout is reported: final Zarr v3, the v3 drafts of 2020 and 2022 (walked
+//! from their metadata trees, [`drafts`]), Zarr v2 and v1 ([`legacy`]).
+
+mod drafts;
+mod legacy;
 
 use std::sync::Arc;
 
@@ -14,12 +20,15 @@ use crate::shard::{IndexCache, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::{EntryKind, GetOptions, Store};
 use crate::zarr::consolidated::{disagreement, for_each_array_entry};
+use crate::zarr::draft::DraftLayout;
 use crate::zarr::metadata::{parse_zarr_json, ArrayMetadata, NodeMetadata};
 use crate::zarr::sharding::{analyse, Sharding};
 
 #[derive(Debug, Default)]
 pub struct Report {
     pub groups: Vec<String>,
+    /// The layout of each group (final v3, a draft's, v2).
+    pub group_layouts: std::collections::BTreeMap<String, &'static str>,
     pub arrays: Vec<ArrayReport>,
     /// Problems not tied to a readable array (e.g. malformed metadata).
     pub problems: Vec<String>,
@@ -28,6 +37,8 @@ pub struct Report {
 #[derive(Debug)]
 pub struct ArrayReport {
     pub path: String,
+    /// "v3", "draft 2020", "draft 2022", "v2" or "v1".
+    pub layout: &'static str,
     pub meta: ArrayMetadata,
     /// Stored chunk (shard) shape when sharded and shown unsharded.
     pub shard_shape: Option<Vec<u64>>,
@@ -41,6 +52,12 @@ pub struct ArrayReport {
 
 pub async fn inspect(store: Arc<dyn Store>) -> Result<Report> {
     let mut report = Report::default();
+    if let Some(got) = store.get("zarr.json", GetOptions::default()).await? {
+        if let Some(layout) = DraftLayout::of_entry_point(&got.bytes) {
+            drafts::inspect_draft(&store, layout, &mut report).await?;
+            return Ok(finish(report, Vec::new()));
+        }
+    }
     let mut pending = vec![String::new()];
     let mut consolidated = Vec::new();
     while let Some(dir) = pending.pop() {
@@ -48,15 +65,20 @@ pub async fn inspect(store: Arc<dyn Store>) -> Result<Report> {
         if let Some(got) = store.get(&key, GetOptions::default()).await? {
             match parse_zarr_json(&got.bytes) {
                 Ok(NodeMetadata::Array(meta)) => {
-                    report.arrays.push(inspect_array(&store, &dir, meta).await);
+                    let sharding = analyse(&meta);
+                    report
+                        .arrays
+                        .push(inspect_array(&store, &dir, &dir, meta, sharding, V3).await);
                     continue; // nothing below an array is a node
                 }
                 Ok(NodeMetadata::Group { raw }) => {
-                    report.groups.push(dir.clone());
+                    report.add_group(&dir, V3);
                     consolidated.push((dir.clone(), raw));
                 }
                 Err(e) => report.problems.push(format!("{key}: {e}")),
             }
+        } else if legacy::inspect_legacy_node(&store, &dir, &mut report).await? {
+            continue; // an array
         }
         for entry in store.list_dir(&dir_prefix(&dir)).await? {
             if entry.kind == EntryKind::Dir {
@@ -72,12 +94,19 @@ pub async fn inspect(store: Arc<dyn Store>) -> Result<Report> {
                 .to_string(),
         );
     }
+    Ok(finish(report, consolidated))
+}
+
+/// The final v3 layout's name.
+const V3: &str = "v3";
+
+fn finish(mut report: Report, consolidated: Vec<(String, Value)>) -> Report {
     report.groups.sort();
     report.arrays.sort_by(|a, b| a.path.cmp(&b.path));
     for (dir, mut doc) in consolidated {
         check_consolidated(&mut report, &dir, &mut doc);
     }
-    Ok(report)
+    report
 }
 
 /// Problems of a group's consolidated entries: arrays not stored, or described otherwise.
@@ -104,9 +133,18 @@ fn check_consolidated(report: &mut Report, dir: &str, doc: &mut Value) {
     });
 }
 
-async fn inspect_array(store: &Arc<dyn Store>, dir: &str, meta: ArrayMetadata) -> ArrayReport {
+/// The report of the array at hierarchy path `path` whose chunk keys are in `dir`.
+async fn inspect_array(
+    store: &Arc<dyn Store>,
+    path: &str,
+    dir: &str,
+    meta: ArrayMetadata,
+    sharding: Sharding,
+    layout: &'static str,
+) -> ArrayReport {
     let mut r = ArrayReport {
-        path: dir.to_string(),
+        path: path.to_string(),
+        layout,
         chunk_shape: meta.chunk_shape.clone(),
         codecs: meta.codecs.iter().map(|c| c.name.clone()).collect(),
         shard_shape: None,
@@ -115,7 +153,7 @@ async fn inspect_array(store: &Arc<dyn Store>, dir: &str, meta: ArrayMetadata) -
         problems: Vec::new(),
         meta,
     };
-    let layout = match analyse(&r.meta) {
+    let layout = match sharding {
         Sharding::None => {
             count_unsharded(store, dir, &mut r).await;
             return r;
@@ -180,6 +218,11 @@ async fn count_unsharded(store: &Arc<dyn Store>, dir: &str, r: &mut ArrayReport)
 }
 
 impl Report {
+    fn add_group(&mut self, path: &str, layout: &'static str) {
+        self.groups.push(path.to_string());
+        self.group_layouts.insert(path.to_string(), layout);
+    }
+
     pub fn to_json(&self) -> Value {
         let arrays: Vec<Value> = self
             .arrays
@@ -187,6 +230,7 @@ impl Report {
             .map(|a| {
                 json!({
                     "path": a.path,
+                    "layout": a.layout,
                     "shape": a.meta.shape,
                     "data_type": a.meta.data_type,
                     "chunk_shape": a.chunk_shape,
@@ -199,7 +243,8 @@ impl Report {
                 })
             })
             .collect();
-        json!({ "arrays": arrays, "groups": self.groups, "problems": self.problems })
+        json!({ "arrays": arrays, "groups": self.groups, "group_layouts": self.group_layouts,
+                "problems": self.problems })
     }
 
     pub fn to_text(&self) -> String {
@@ -212,10 +257,11 @@ impl Report {
             }
         };
         for g in &self.groups {
-            out.push_str(&format!("group {}\n", name(g)));
+            let layout = self.group_layouts.get(g).copied().unwrap_or(V3);
+            out.push_str(&format!("group {}  ({layout})\n", name(g)));
         }
         for a in &self.arrays {
-            out.push_str(&format!("array {}\n", name(&a.path)));
+            out.push_str(&format!("array {}  ({})\n", name(&a.path), a.layout));
             out.push_str(&format!("  shape       {:?}  {}\n", a.meta.shape, a.meta.data_type));
             match &a.shard_shape {
                 Some(shard) => {
