@@ -49,6 +49,8 @@ pub struct ShardOptions {
     pub max_probe_shards: u64,
     /// Cache and commit counters, shared by the arrays of a mount.
     pub stats: Arc<super::ShardStats>,
+    /// Shards decoded from codecs around them, shared by the arrays of a mount.
+    pub decoded: Arc<super::outer::DecodedShards>,
 }
 
 impl Default for ShardOptions {
@@ -61,6 +63,7 @@ impl Default for ShardOptions {
             exact_prefix_dirs: true,
             max_probe_shards: super::DEFAULT_MAX_PROBE_SHARDS,
             stats: Default::default(),
+            decoded: Default::default(),
         }
     }
 }
@@ -114,6 +117,18 @@ impl ShardedArray {
         let inner_grid = grid_shape(&meta.shape, &layout.inner_chunk_shape).map_err(bad)?;
         let shard_shape = &layout.levels.first().ok_or_else(|| bad_layout(&prefix))?.shard_shape;
         let per_shard = grid_shape(shard_shape, &layout.inner_chunk_shape).map_err(bad)?;
+        let store: Arc<dyn Store> = if layout.outer_codecs.is_empty() {
+            store
+        } else {
+            Arc::new(super::outer::OuterCodecs::new(
+                store,
+                layout.outer_codecs.clone(),
+                options.decoded.clone(),
+                prefix.clone(),
+                meta.chunk_key_encoding,
+                meta.shape.len(),
+            ))
+        };
         Ok(ShardedArray {
             store,
             prefix,

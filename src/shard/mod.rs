@@ -17,6 +17,7 @@ mod error;
 pub mod index_cache;
 mod index_read;
 mod listing;
+pub mod outer;
 pub mod stats;
 mod store_impl;
 

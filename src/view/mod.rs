@@ -83,6 +83,10 @@ impl View {
             revalidate_on_open: !options.remote,
             exact_prefix_dirs: !options.remote,
             max_probe_shards: options.max_probe_shards,
+            // Shards decoded from codecs around them: bounded by the whole --cache-size.
+            decoded: Arc::new(crate::shard::outer::DecodedShards::new(
+                options.index_cache_bytes.saturating_add(options.data_cache_bytes),
+            )),
             data_cache,
             stats: Arc::new(ShardStats::default()),
         };

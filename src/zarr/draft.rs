@@ -233,6 +233,7 @@ pub fn parse_draft_array(bytes: &[u8]) -> Result<DraftArray, ZarrError> {
         };
         sharding = Some(ShardLayout {
             levels: vec![ShardLevel::new(&shard_shape, &config)?],
+            outer_codecs: Vec::new(),
             inner_chunk_shape: chunk_shape.clone(),
             inner_codecs: draft_codecs(doc),
         });

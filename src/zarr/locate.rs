@@ -12,7 +12,6 @@
 //! that do not nest are not detected). Bounds against the array shape are the
 //! caller's business: edge shards legitimately contain chunks beyond it.
 
-use crate::zarr::grid::{c_order_coords, c_order_index};
 use crate::zarr::sharding::ShardLayout;
 
 /// Where an inner chunk is stored.
@@ -52,7 +51,7 @@ impl ShardLayout {
                     .zip(&level.chunk_shape)
                     .map(|((&e, &s), &c)| e.checked_rem(s)?.checked_div(c))
                     .collect::<Option<Vec<_>>>()?;
-                c_order_index(&within, &level.chunks_per_shard)
+                level.index_of(&within)
             })
             .collect::<Option<Vec<_>>>()?;
         Some(InnerLocation {
@@ -70,7 +69,7 @@ impl ShardLayout {
         }
         let mut element = mul_each(shard_coords, &first.shard_shape)?;
         for (level, &index) in self.levels.iter().zip(per_level_index) {
-            let within = c_order_coords(index, &level.chunks_per_shard)?;
+            let within = level.within_of(index)?;
             let offset = mul_each(&within, &level.chunk_shape)?;
             if offset.len() != element.len() {
                 return None;
@@ -104,7 +103,7 @@ fn mul_each(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zarr::grid::{checked_product, grid_shape};
+    use crate::zarr::grid::{c_order_coords, checked_product, grid_shape};
     use crate::zarr::sharding::tests::{array_meta, bytes_zstd, sharding};
     use crate::zarr::sharding::{analyse, Sharding};
     use proptest::prelude::*;

@@ -8,6 +8,8 @@
 //! [`ZarrError`] (or `None`) instead of panicking, and all index arithmetic is
 //! checked.
 
+pub mod around_sharding;
+pub mod bytes_codecs;
 pub mod chunk_keys;
 pub mod consolidated;
 pub mod draft;

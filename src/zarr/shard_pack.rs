@@ -365,6 +365,7 @@ mod tests {
             chunks_per_shard: chunks_per_shard.to_vec(),
             index_codec,
             index_location,
+            index_order: None,
         }
     }
 
