@@ -239,3 +239,33 @@ def test_inspect_reports_the_draft_layout_of_each_node(zarrfs_bin, drafts, layou
             got = next(a for a in report["arrays"] if a["path"] == path)
             assert got["inner_chunks"] == len(array["view_files"]), path
             assert got["codecs"] == ["gzip"]
+
+
+def test_a_chunk_written_through_a_2022_view_is_packed_into_its_shard(drafts, mounter, tmp_path):
+    """No program writes the 2022 layout; a chunk file written through the view lands in its
+    shard (index at the end, 16 bytes per chunk), the other chunks unchanged."""
+    root = tmp_path / "2022"
+    shutil.copytree(drafts / "2022", root)
+    report = json.loads((drafts / "2022.json").read_text())["foo/baz"]
+    view = mounter(root)
+    new = b"\x1f\x8b" + os.urandom(40)
+    (view.path() / "data/foo/baz/c1/1").write_bytes(new)  # a hole until now
+    (view.path() / "data/foo/baz/c0/0").unlink()
+    view.stop()
+    per_shard = report["doc"]["storage_transformers"][0]["configuration"]["chunks_per_shard"]
+    n = int(np.prod(per_shard))
+
+    def entry(shard, local):
+        blob = (root / "data/foo/baz" / shard).read_bytes()
+        offset, nbytes = struct.unpack_from("<QQ", blob, len(blob) - 16 * n + 16 * local)
+        return None if offset == EMPTY else blob[offset:offset + nbytes]
+
+    assert entry("c0/0", 3) == new  # chunk (1, 1): shard (0, 0), local (1, 1)
+    assert entry("c0/0", 0) is None
+    for key, hexed in report["view_files"].items():
+        if key in ("data/foo/baz/c0/0",):
+            continue
+        coords = [int(c) for c in key.rsplit("/c", 1)[1].split("/")]
+        shard = "c" + "/".join(str(c // k) for c, k in zip(coords, per_shard))
+        local = int(np.ravel_multi_index([c % k for c, k in zip(coords, per_shard)], per_shard))
+        assert entry(shard, local) == bytes.fromhex(hexed), key
