@@ -25,5 +25,6 @@ pub mod shard_index;
 pub mod shard_pack;
 pub mod sharding;
 pub mod translate;
+pub mod v2_meta;
 
 pub use error::ZarrError;
