@@ -160,6 +160,10 @@ fn absolute(path: &Path) -> Result<PathBuf> {
 
 /// Check everything that can be checked before forking, so errors reach the user directly.
 fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
+    if settings.writable && settings.view == ViewMode::V2 {
+        eprintln!("zarrfs: the v2 view is read-only: mounting read-only");
+        settings.writable = false;
+    }
     let path = match &settings.source {
         SourceSpec::Local(path) => absolute(path).context("source")?,
         SourceSpec::Remote { url, .. } => {
@@ -270,7 +274,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         max_keys: settings.max_probe_shards,
         ttl: settings.metadata_ttl,
         scope: match settings.view {
-            ViewMode::Unsharded => GridScope::Unsharded,
+            ViewMode::Unsharded | ViewMode::V2 => GridScope::Unsharded,
             ViewMode::Raw => GridScope::All,
         },
     };

@@ -100,6 +100,8 @@ pub enum ViewArg {
     Unsharded,
     /// The store exactly as it is.
     Raw,
+    /// Every array as Zarr v2, for readers that know only v2 (read-only).
+    V2,
 }
 
 #[derive(Debug, Args)]
@@ -327,6 +329,7 @@ impl MountArgs {
             view: match self.view {
                 ViewArg::Unsharded => ViewMode::Unsharded,
                 ViewArg::Raw => ViewMode::Raw,
+                ViewArg::V2 => ViewMode::V2,
             },
             writable: !self.read_only,
             write_back_delay: match self.write_back_delay {

@@ -147,6 +147,11 @@ impl ShardedArray {
         self.inner_grid.len()
     }
 
+    /// How the array is sharded.
+    pub fn layout(&self) -> &ShardLayout {
+        &self.layout
+    }
+
     pub fn encoding(&self) -> ChunkKeyEncoding {
         self.encoding
     }

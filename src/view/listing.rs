@@ -30,6 +30,9 @@ fn stored_node(prefix: &str, entry: &DirEntry) -> Node {
 impl View {
     /// The entries of directory `dir`, with their nodes (no request per entry).
     pub async fn list(&self, dir: &str) -> Result<Vec<(String, Node)>, ViewError> {
+        if self.mode == super::ViewMode::V2 {
+            return self.v2_list(dir).await;
+        }
         let node = match self.place(dir).await? {
             Place::Sharded(node) => node,
             Place::Stored { group } => {

@@ -39,6 +39,8 @@ pub(super) enum At {
     ChunkDir { node: Arc<ShardedNode>, prefix: Vec<u64> },
     /// A name inside a chunk tree that is no chunk key: nothing can be stored there.
     NotAChunk(Arc<ShardedNode>),
+    /// A path of the v2 view (read-only).
+    V2(super::v2::V2At),
 }
 
 /// Where a directory lies, as far as the meaning of paths in it goes.
@@ -64,7 +66,7 @@ impl Located {
     /// a name inside a chunk tree that is no chunk key, the root).
     pub(super) fn dest(&self) -> Option<Target> {
         let dest = match &self.at {
-            At::Root | At::ChunkDir { .. } | At::NotAChunk(_) => return None,
+            At::Root | At::ChunkDir { .. } | At::NotAChunk(_) | At::V2(_) => return None,
             At::Stored { .. } => Dest::Stored { key: self.path.clone() },
             At::NodeDoc { .. } => Dest::NodeDoc {
                 dir: split_parent(&self.path).0.to_string(),
@@ -83,7 +85,7 @@ impl Located {
         match &self.at {
             At::Stored { within } => within.as_ref(),
             At::ArrayDoc(node) | At::Chunk { node, .. } | At::ChunkDir { node, .. } | At::NotAChunk(node) => Some(node),
-            At::Root | At::NodeDoc { .. } => None,
+            At::Root | At::NodeDoc { .. } | At::V2(_) => None,
         }
     }
 }
@@ -101,6 +103,9 @@ impl View {
     async fn place_path(&self, path: &str) -> Result<At, ViewError> {
         if path.is_empty() {
             return Ok(At::Root);
+        }
+        if self.mode == ViewMode::V2 {
+            return Ok(At::V2(self.v2_locate(path).await?));
         }
         if let Some(node) = self.draft_array_doc(path).await? {
             return Ok(At::ArrayDoc(node));

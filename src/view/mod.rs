@@ -22,6 +22,7 @@ mod open_file;
 mod read_ahead;
 mod target;
 mod types;
+mod v2;
 mod write;
 
 use std::sync::Arc;
@@ -50,6 +51,7 @@ pub struct View {
     nodes: NodeCache,
     stats: Arc<ShardStats>,
     read_ahead: u64,
+    v2: v2::V2Nodes,
 }
 
 /// `a/b/c` -> (`a/b`, `c`); `c` -> (`""`, `c`).
@@ -92,12 +94,14 @@ impl View {
         };
         let stats = shard_options.stats.clone();
         let nodes = NodeCache::new(store.clone(), index_cache, shard_options, options.metadata_ttl);
+        let v2 = v2::V2Nodes::new(options.metadata_ttl);
         View {
             store,
             mode: options.mode,
             nodes,
             stats,
             read_ahead: if options.remote { options.prefetch_bytes } else { 0 },
+            v2,
         }
     }
 
@@ -131,6 +135,7 @@ impl View {
             })),
             At::ChunkDir { node, prefix } => Ok(node.array.dir_exists(prefix).await?.then(Node::dir)),
             At::NotAChunk(_) => Ok(None),
+            At::V2(v2) => self.v2_node_at(v2).await,
         }
     }
 

@@ -16,6 +16,8 @@ pub enum ViewMode {
     Unsharded,
     /// The store exactly as it is.
     Raw,
+    /// Every array as Zarr v2 (read-only; see `view::v2`).
+    V2,
 }
 
 #[derive(Debug, Clone)]
