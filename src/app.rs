@@ -315,6 +315,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         metadata_ttl: settings.metadata_ttl,
         remote,
         max_probe_shards: settings.max_probe_shards,
+        v2_compressor: settings.v2_compressor,
     };
     let view = View::new(store, &options);
     let mut fs_config = FsConfig::read_only(

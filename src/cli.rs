@@ -104,6 +104,16 @@ pub enum ViewArg {
     V2,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum V2CompressorArg {
+    /// zstd, level 1.
+    Zstd,
+    /// gzip, level 1 (for readers without zstd).
+    Gzip,
+    /// No compressor.
+    None,
+}
+
 #[derive(Debug, Args)]
 pub struct MountArgs {
     /// The hierarchy: a local directory, file:///path, s3://bucket/path, gs://bucket/path,
@@ -159,6 +169,9 @@ pub struct MountArgs {
     /// How sharded arrays are shown.
     #[arg(long, value_enum, default_value_t = ViewArg::Unsharded, help_heading = "View")]
     pub view: ViewArg,
+    /// The v2 view: the compressor of chunks whose codecs v2 cannot name, which it transcodes.
+    #[arg(long, value_enum, default_value_t = V2CompressorArg::Zstd, help_heading = "View")]
+    pub v2_compressor: V2CompressorArg,
     /// Serve the extended attributes `user.zarrfs.source` (where a file's bytes live) and
     /// `user.zarrfs.stats`. Off by default: without them `ls -l` costs no round trips for
     /// attributes (`zarrfs stats` works either way).
@@ -299,6 +312,7 @@ pub struct MountSettings {
     pub xattr: bool,
     /// Most shard indexes read to list one chunk directory of a source that cannot be listed.
     pub max_probe_shards: u64,
+    pub v2_compressor: crate::zarr::transcode::V2Compressor,
     /// Mount even where a mount point already is.
     pub stack: bool,
 }
@@ -353,6 +367,11 @@ impl MountArgs {
                 .unwrap_or(Duration::from_secs(if remote { 60 } else { 1 })),
             xattr: self.xattr,
             max_probe_shards: self.max_probe_shards.unwrap_or(crate::shard::DEFAULT_MAX_PROBE_SHARDS),
+            v2_compressor: match self.v2_compressor {
+                V2CompressorArg::Zstd => crate::zarr::transcode::V2Compressor::Zstd,
+                V2CompressorArg::Gzip => crate::zarr::transcode::V2Compressor::Gzip,
+                V2CompressorArg::None => crate::zarr::transcode::V2Compressor::None,
+            },
             stack: self.stack,
         })
     }

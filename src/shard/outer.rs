@@ -45,7 +45,7 @@ impl DecodedShards {
         }
     }
 
-    fn get(&self, key: &str, version: &Version) -> Option<Bytes> {
+    pub(crate) fn get(&self, key: &str, version: &Version) -> Option<Bytes> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match state.0.get(key) {
             Some((v, bytes)) if v == version => Some(bytes.clone()),
@@ -53,7 +53,7 @@ impl DecodedShards {
         }
     }
 
-    fn put(&self, key: &str, version: Version, bytes: Bytes) {
+    pub(crate) fn put(&self, key: &str, version: Version, bytes: Bytes) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (entries, used) = &mut *state;
         if let Some((_, old)) = entries.put(key.to_string(), (version, bytes.clone())) {

@@ -94,7 +94,7 @@ impl View {
         };
         let stats = shard_options.stats.clone();
         let nodes = NodeCache::new(store.clone(), index_cache, shard_options, options.metadata_ttl);
-        let v2 = v2::V2Nodes::new(options.metadata_ttl);
+        let v2 = v2::V2Nodes::new(options.metadata_ttl, options.v2_compressor, options.index_cache_bytes);
         View {
             store,
             mode: options.mode,

@@ -39,6 +39,8 @@ pub struct ViewOptions {
     /// On a source that cannot be listed, the most shards whose indexes a chunk directory's
     /// listing reads (see `ShardOptions::max_probe_shards`).
     pub max_probe_shards: u64,
+    /// The compressor of chunks the v2 view transcodes.
+    pub v2_compressor: crate::zarr::transcode::V2Compressor,
 }
 
 impl Default for ViewOptions {
@@ -51,6 +53,7 @@ impl Default for ViewOptions {
             metadata_ttl: Duration::from_secs(1),
             remote: false,
             max_probe_shards: crate::shard::DEFAULT_MAX_PROBE_SHARDS,
+            v2_compressor: Default::default(),
         }
     }
 }

@@ -24,6 +24,7 @@ pub mod rewrite;
 pub mod shard_index;
 pub mod shard_pack;
 pub mod sharding;
+pub mod transcode;
 pub mod translate;
 pub mod v2_meta;
 

@@ -152,3 +152,76 @@ def test_the_v2_view_is_read_only(v2view):
     with pytest.raises(OSError) as err:
         (v2view.path("zp") / "new.bin").write_bytes(b"x")
     assert err.value.errno == errno.EROFS
+
+
+# ---------------------------------------------------------------------------------------------
+# transcoded arrays: chunk codecs v2 cannot name
+
+
+@pytest.fixture(scope="module")
+def transcoded(tmp_path_factory):
+    """Arrays written by zarr-python whose chunk codecs have no v2 equivalent -> expected data;
+    and one that cannot be transcoded (blosc before a crc32c)."""
+    import zarr
+    from zarr.codecs import (BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ShardingCodec,
+                             TransposeCodec, ZstdCodec)
+    root = tmp_path_factory.mktemp("transcoded") / "root"
+    zarr.open_group(root, mode="w")
+    rng = np.random.default_rng(3)
+    want = {}
+
+    def make(name, data, **kw):
+        a = zarr.create_array(root / name, shape=data.shape, dtype=data.dtype, **kw)
+        a[...] = data
+        want[name] = data
+
+    make("sharded_crc", rng.integers(-999, 999, (13, 11)).astype("<i2"), chunks=(8, 6), shards=(8, 12),
+         serializer=BytesCodec(), compressors=[Crc32cCodec()])
+    make("big_zstd_crc", rng.normal(size=(9, 7)), chunks=(4, 4),
+         serializer=BytesCodec(endian="big"), compressors=[ZstdCodec(), Crc32cCodec()])
+    make("transposed_3d", rng.integers(0, 250, (5, 6, 7)).astype("u1"), chunks=(2, 3, 4), shards=(4, 6, 8),
+         filters=[TransposeCodec(order=(1, 2, 0))], compressors=[GzipCodec(level=1)])
+    make("two_compressors", rng.normal(size=(10, 10)).astype("<f4"), chunks=(5, 5),
+         compressors=[GzipCodec(level=1), ZstdCodec(level=1)])
+    make("blosc_crc", np.arange(20, dtype="<u4").reshape(4, 5), chunks=(2, 5),
+         compressors=[BloscCodec(), Crc32cCodec()])
+    return root, want
+
+
+TRANSCODED = ["sharded_crc", "big_zstd_crc", "transposed_3d", "two_compressors"]
+
+
+@pytest.mark.parametrize("compressor", ["zstd", "gzip", "none"])
+def test_transcoded_arrays_read_as_written(transcoded, mounter, tmp_path, compressor):
+    import zarr
+    root, want = transcoded
+    view = mounter(root, "--view", "v2", "--v2-compressor", compressor)
+    for name in TRANSCODED:
+        zarray = json.loads((view.path(name) / ".zarray").read_text())
+        expected = {"zstd": {"id": "zstd", "level": 1}, "gzip": {"id": "gzip", "level": 1}, "none": None}[compressor]
+        assert zarray["compressor"] == expected, name
+        assert zarray["order"] == "C" and zarray["dtype"][0] in "<|", zarray
+        got = zarr.open_array(view.path(name), mode="r", zarr_format=2)[...]
+        assert same(got, want[name]), f"zarr-python on transcoded {name}"
+    result, arrays = legacy_read(view.path(), TRANSCODED, tmp_path / "read")
+    for name, got in zip(TRANSCODED, arrays):
+        assert same(got, want[name]), f"zarr 2.18 on transcoded {name}"
+    # The one that cannot be transcoded is left out, and the log says why.
+    assert "blosc_crc" not in os.listdir(view.path())
+    assert "cannot be transcoded" in view.log_text() and "blosc" in view.log_text()
+    assert "blosc_crc/.zarray" not in json.loads((view.path() / ".zmetadata").read_text())["metadata"]
+
+
+def test_transcoded_sizes_are_exact_and_stable(transcoded, mounter):
+    root, _ = transcoded
+    first = mounter(root, "--view", "v2")
+    sizes = {}
+    for name in TRANSCODED:
+        for rel, p in walk_files(first.path(name)).items():
+            data = p.read_bytes()
+            assert p.stat().st_size == len(data), f"{name}/{rel}"
+            sizes[f"{name}/{rel}"] = (len(data), data)
+    assert len(sizes) > 20
+    second = mounter(root, "--view", "v2")
+    for key, (size, data) in sizes.items():
+        assert (second.path() / key).read_bytes() == data, f"{key} differs between mounts"

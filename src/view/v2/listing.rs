@@ -119,6 +119,12 @@ impl View {
                         name
                     };
                     let node = match entry.kind {
+                        EntryKind::File { .. } if array.transcode.is_some() => {
+                            match self.v2_chunk_node(array, &coords).await? {
+                                Some(node) => node,
+                                None => continue,
+                            }
+                        }
                         EntryKind::File { size } => Node {
                             size,
                             mtime_ns: entry.mtime_ns,
@@ -138,16 +144,22 @@ impl View {
                 let stored_dir = format!("{base}{}", encoding.dir_of(prefix));
                 for entry in self.store.list_dir(&stored_dir).await? {
                     let rel = format!("{}{}", encoding.dir_of(prefix), entry.name);
-                    let (name, is_chunk) = match encoding.classify(&rel, array.ndim) {
+                    let (name, coords) = match encoding.classify(&rel, array.ndim) {
                         ChunkPath::Chunk(coords) => {
                             let key = v2_key(&coords, array.separator);
-                            (key.rsplit('/').next().unwrap_or_default().to_string(), true)
+                            (key.rsplit('/').next().unwrap_or_default().to_string(), Some(coords))
                         }
-                        ChunkPath::Dir(_) => (entry.name.clone(), false),
+                        ChunkPath::Dir(_) => (entry.name.clone(), None),
                         ChunkPath::Other => continue,
                     };
-                    let node = match (entry.kind, is_chunk) {
-                        (EntryKind::File { size }, true) => Node {
+                    let node = match (entry.kind, coords) {
+                        (EntryKind::File { .. }, Some(coords)) if array.transcode.is_some() => {
+                            match self.v2_chunk_node(array, &coords).await? {
+                                Some(node) => node,
+                                None => continue,
+                            }
+                        }
+                        (EntryKind::File { size }, Some(_)) => Node {
                             size,
                             mtime_ns: entry.mtime_ns,
                             source: Source::Stored {
@@ -155,7 +167,7 @@ impl View {
                                 version: None,
                             },
                         },
-                        (EntryKind::Dir, false) => Node::dir(),
+                        (EntryKind::Dir, None) => Node::dir(),
                         _ => continue,
                     };
                     out.push((name, node));

@@ -9,6 +9,11 @@
 //! transcoding (a codec chain v2 cannot name) or whose data type v2 has no name for are left
 //! out, with a warning. Non-Zarr files pass through.
 //!
+//! Arrays whose chunks' codecs v2 cannot name are transcoded ([`crate::zarr::transcode`]):
+//! a chunk is decoded and encoded with `--v2-compressor` when it is looked up (so `stat`
+//! sizes are exact), and the result is kept by shard version in a cache bounded in bytes, so a
+//! listing costs at most one transcode per chunk.
+//!
 //! What each directory is comes from its `zarr.json`, read through the node cache for sharded
 //! arrays and kept here for the metadata TTL otherwise.
 
@@ -24,10 +29,12 @@ use serde_json::Value;
 
 use super::nodes::{NodeInfo, ShardedNode};
 use super::{relative, split_parent, Node, Source, View, ViewError, METADATA};
+use crate::shard::outer::DecodedShards;
 use crate::store::key::dir_prefix;
 use crate::store::GetOptions;
 use crate::zarr::key_encoding::{ChunkKeyEncoding, ChunkPath, Separator};
 use crate::zarr::metadata::{parse_zarr_json, ArrayMetadata, NodeMetadata};
+use crate::zarr::transcode::{Transcode, V2Compressor};
 use crate::zarr::v2_meta::{v2_array, v2_group, V2Array};
 
 /// What a directory is in the v2 view.
@@ -51,6 +58,8 @@ pub(in crate::view) struct V2ArrayNode {
     separator: Separator,
     ndim: usize,
     source: ChunkSource,
+    /// How its chunks are transcoded, when they are not relayed.
+    transcode: Option<Transcode>,
 }
 
 /// Where an array's chunks are.
@@ -68,14 +77,19 @@ enum ChunkSource {
 pub(in crate::view) struct V2Nodes {
     ttl: Duration,
     entries: Mutex<LruCache<String, (Instant, Arc<V2Node>)>>,
+    compressor: V2Compressor,
+    /// Transcoded chunks by path and stored version.
+    transcoded: DecodedShards,
 }
 
 impl V2Nodes {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(ttl: Duration, compressor: V2Compressor, cache_bytes: usize) -> Self {
         let cap = NonZeroUsize::new(16_384).unwrap_or(NonZeroUsize::MIN);
         V2Nodes {
             ttl,
             entries: Mutex::new(LruCache::new(cap)),
+            compressor,
+            transcoded: DecodedShards::new(cache_bytes),
         }
     }
 }
@@ -185,21 +199,24 @@ impl View {
             '/' => Separator::Slash,
             _ => Separator::Dot,
         };
-        let shown: V2Array = match v2_array(meta, chunk_shape, codecs, separator, &Value::Null) {
-            Ok(a) if a.relayed => a,
-            Ok(_) => {
-                let names: Vec<&str> = codecs.iter().map(|c| c.name.as_str()).collect();
-                tracing::warn!(
-                    key,
-                    ?names,
-                    "left out of the v2 view: its chunks' codecs have no Zarr v2 equivalent"
-                );
-                return V2Node::Hidden;
-            }
+        let compressor = self.v2.compressor;
+        let shown: V2Array = match v2_array(meta, chunk_shape, codecs, separator, &compressor.v2_json()) {
+            Ok(a) => a,
             Err(e) => {
                 tracing::warn!(key, reason = %e, "left out of the v2 view");
                 return V2Node::Hidden;
             }
+        };
+        let transcode = match shown.relayed {
+            true => None,
+            false => match Transcode::plan(codecs, &meta.data_type, chunk_shape, compressor) {
+                Ok(plan) => Some(plan),
+                Err(e) => {
+                    let names: Vec<&str> = codecs.iter().map(|c| c.name.as_str()).collect();
+                    tracing::warn!(key, ?names, reason = %e, "left out of the v2 view: its chunks cannot be transcoded");
+                    return V2Node::Hidden;
+                }
+            },
         };
         V2Node::Array(V2ArrayNode {
             dir: dir.to_string(),
@@ -208,6 +225,7 @@ impl View {
             separator: shown.separator,
             ndim: meta.shape.len(),
             source,
+            transcode,
         })
     }
 
@@ -224,6 +242,48 @@ impl View {
             }
         }
         Ok(None)
+    }
+
+    /// A transcoded chunk (module docs), held whole.
+    async fn v2_transcoded(
+        &self,
+        array: &V2ArrayNode,
+        plan: &Transcode,
+        coords: &[u64],
+    ) -> Result<Option<Node>, ViewError> {
+        let name = format!("{}{}", dir_prefix(&array.dir), v2_key(coords, array.separator));
+        let (stored, version, mtime_ns) = match &array.source {
+            ChunkSource::Sharded(sharded) => {
+                let Some(loc) = sharded.array.locate(coords).await? else {
+                    return Ok(None);
+                };
+                if let Some(bytes) = self.v2.transcoded.get(&name, &loc.version) {
+                    return Ok(Some(Node::rewritten(bytes, &array.dir, &name, loc.mtime_ns)));
+                }
+                let bytes = sharded.array.read_at(&loc, 0, loc.nbytes).await?;
+                (bytes, loc.version, loc.mtime_ns)
+            }
+            ChunkSource::Stored { encoding } => {
+                let key = format!("{}{}", dir_prefix(&array.dir), encoding.encode(coords));
+                let Some(got) = self.store.get(&key, GetOptions::default()).await? else {
+                    return Ok(None);
+                };
+                if let Some(bytes) = self.v2.transcoded.get(&name, &got.meta.version) {
+                    return Ok(Some(Node::rewritten(bytes, &array.dir, &name, got.meta.mtime_ns)));
+                }
+                (got.bytes, got.meta.version, got.meta.mtime_ns)
+            }
+        };
+        let bytes = match plan.run(&stored) {
+            Ok(bytes) => Bytes::from(bytes),
+            Err(e) => {
+                tracing::warn!(chunk = name, reason = %e, "cannot transcode the chunk");
+                let why = std::io::Error::new(std::io::ErrorKind::InvalidData, format!("cannot transcode: {e}"));
+                return Err(ViewError::Store(crate::store::StoreError::io(&name, why)));
+            }
+        };
+        self.v2.transcoded.put(&name, version, bytes.clone());
+        Ok(Some(Node::rewritten(bytes, &array.dir, &name, mtime_ns)))
     }
 
     /// What `path` is in the v2 view.
@@ -309,7 +369,10 @@ impl View {
     }
 
     /// The chunk file at `coords` of an array, if stored.
-    async fn v2_chunk_node(&self, array: &V2ArrayNode, coords: &[u64]) -> Result<Option<Node>, ViewError> {
+    pub(super) async fn v2_chunk_node(&self, array: &V2ArrayNode, coords: &[u64]) -> Result<Option<Node>, ViewError> {
+        if let Some(plan) = &array.transcode {
+            return self.v2_transcoded(array, plan, coords).await;
+        }
         Ok(match &array.source {
             ChunkSource::Sharded(sharded) => sharded.array.locate(coords).await?.map(|loc| Node {
                 size: loc.nbytes,
