@@ -21,8 +21,12 @@ use crate::store::key::dir_prefix;
 use crate::store::{EntryKind, GetOptions, Store};
 use crate::zarr::consolidated::{disagreement, for_each_array_entry};
 use crate::zarr::draft::DraftLayout;
+use crate::zarr::key_encoding::Separator;
+use crate::zarr::metadata::CodecSpec;
 use crate::zarr::metadata::{parse_zarr_json, ArrayMetadata, NodeMetadata};
 use crate::zarr::sharding::{analyse, Sharding};
+use crate::zarr::transcode::{Transcode, V2Compressor};
+use crate::zarr::v2_meta::v2_array;
 
 #[derive(Debug, Default)]
 pub struct Report {
@@ -140,11 +144,11 @@ async fn inspect_array(
     dir: &str,
     meta: ArrayMetadata,
     sharding: Sharding,
-    layout: &'static str,
+    layout_name: &'static str,
 ) -> ArrayReport {
     let mut r = ArrayReport {
         path: path.to_string(),
-        layout,
+        layout: layout_name,
         chunk_shape: meta.chunk_shape.clone(),
         codecs: meta.codecs.iter().map(|c| c.name.clone()).collect(),
         shard_shape: None,
@@ -155,6 +159,10 @@ async fn inspect_array(
     };
     let layout = match sharding {
         Sharding::None => {
+            if layout_name == V3 {
+                let (shape, codecs) = (r.meta.chunk_shape.clone(), r.meta.codecs.clone());
+                r.problems.extend(v2_problem(&r.meta, &shape, &codecs));
+            }
             count_unsharded(store, dir, &mut r).await;
             return r;
         }
@@ -168,6 +176,10 @@ async fn inspect_array(
     r.shard_shape = Some(r.meta.chunk_shape.clone());
     r.chunk_shape = layout.inner_chunk_shape.clone();
     r.codecs = layout.inner_codecs.iter().map(|c| c.name.clone()).collect();
+    if layout_name == V3 {
+        r.problems
+            .extend(v2_problem(&r.meta, &layout.inner_chunk_shape, &layout.inner_codecs));
+    }
     let cache = Arc::new(IndexCache::new(16 << 20));
     let array = match ShardedArray::new(
         store.clone(),
@@ -198,6 +210,19 @@ async fn inspect_array(
         }
     }
     r
+}
+
+/// Why `--view v2` leaves the array out, if it does: a data type v2 has no name for, or
+/// chunk codecs that can be neither relayed nor transcoded.
+fn v2_problem(meta: &ArrayMetadata, chunk_shape: &[u64], codecs: &[CodecSpec]) -> Option<String> {
+    let into = V2Compressor::default();
+    match v2_array(meta, chunk_shape, codecs, Separator::Dot, &into.v2_json()) {
+        Err(e) => Some(format!("left out of --view v2: {e}")),
+        Ok(a) if a.relayed => None,
+        Ok(_) => Transcode::plan(codecs, &meta.data_type, chunk_shape, into)
+            .err()
+            .map(|e| format!("left out of --view v2: its chunks cannot be transcoded: {e}")),
+    }
 }
 
 /// Chunks of an array shown as stored: the keys its chunk key encoding decodes.
