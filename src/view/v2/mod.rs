@@ -374,13 +374,14 @@ impl View {
             return self.v2_transcoded(array, plan, coords).await;
         }
         Ok(match &array.source {
+            // Where it was found is kept: reads go straight to its bytes.
             ChunkSource::Sharded(sharded) => sharded.array.locate(coords).await?.map(|loc| Node {
                 size: loc.nbytes,
                 mtime_ns: loc.mtime_ns,
                 source: Source::Chunk {
                     array: sharded.array.clone(),
                     coords: coords.to_vec(),
-                    at: None,
+                    at: Some(loc),
                 },
             }),
             ChunkSource::Stored { encoding } => {
