@@ -154,6 +154,11 @@ def test_the_v2_view_is_read_only(v2view):
     with pytest.raises(OSError) as err:
         (v2view.path("zp") / "new.bin").write_bytes(b"x")
     assert err.value.errno == errno.EROFS
+    with pytest.raises(OSError) as err:
+        (v2view.path("zp/i16_2d_nested") / ".zattrs").write_text("{}")
+    assert err.value.errno == errno.EROFS
+    # Mounted read-only: the kernel refuses changes itself; the mount says so when it starts.
+    assert "the v2 view is read-only: mounting read-only" in v2view.log_text()
 
 
 # ---------------------------------------------------------------------------------------------
