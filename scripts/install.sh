@@ -37,6 +37,16 @@ if ! command -v fusermount3 >/dev/null || [ ! -x /sbin/mount.fuse3 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null
 fi
 
+# c-blosc: the binary links it (the v2 view decodes blosc); building needs its -dev package.
+blosc_pkg=libblosc1
+[ -n "$BINARY" ] || blosc_pkg=libblosc-dev
+if ! dpkg-query -W -f='${Status}' "$blosc_pkg" 2>/dev/null | grep -q "install ok installed"; then
+    [ "$(id -u)" = 0 ] || die "$blosc_pkg is missing: install it (apt-get install $blosc_pkg) or run as root"
+    say "installing $blosc_pkg (apt)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$blosc_pkg" >/dev/null
+fi
+
 if [ -z "$BINARY" ]; then
     command -v cargo >/dev/null || die "cargo is needed to build zarrfs (https://rustup.rs)"
     say "building the release binary (cargo build --release)"

@@ -154,3 +154,20 @@ def test_the_raw_view_is_the_store(around, mounter, name):
     root, _ = around
     view = mounter(root, "--read-only", "--view", "raw")
     assert tree_digest(view.path(name)) == tree_digest(root / name)
+
+
+@pytest.mark.parametrize("name", ["t2d", "t3d", "gzip", "crc_zstd"])
+def test_the_v2_view_shows_them_too(around, mounter, name):
+    """Through `--view v2`: t2d's transpose reverses the dimensions (order F, relayed), t3d's
+    does not (transcoded), the outer codecs are decoded by the sharding layer (relayed)."""
+    import zarr
+    root, arrays = around
+    want, _ = arrays[name]
+    view = mounter(root, "--view", "v2")
+    got = zarr.open_array(view.path(name), mode="r", zarr_format=2)[...]
+    assert np.array_equal(got, want), name
+    zarray = json.loads((view.path(name) / ".zarray").read_text())
+    if name == "t2d":
+        assert zarray["order"] == "F"
+    if name == "t3d":
+        assert zarray["compressor"] == {"id": "zstd", "level": 1} and zarray["order"] == "C"
