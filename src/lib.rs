@@ -11,6 +11,7 @@ pub mod cli;
 pub mod daemon;
 pub mod fs;
 pub mod fuse;
+pub mod fuzzing;
 pub mod inspect;
 pub mod mount_options;
 pub mod mount_stats;
