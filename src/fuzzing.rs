@@ -23,8 +23,11 @@ use crate::zarr::transcode::{Transcode, V2Compressor};
 use crate::zarr::translate::translate_array;
 use crate::zarr::v2_meta::v2_array;
 
+/// A fuzz target: takes any bytes.
+pub type Target = fn(&[u8]);
+
 /// The fuzz targets, by name (the directory of each corpus).
-pub const TARGETS: [(&str, fn(&[u8])); 8] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("shard_index", shard_index),
     ("shard_pack", shard_pack),
     ("zarr_json", zarr_json),
