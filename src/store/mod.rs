@@ -16,6 +16,7 @@
 
 pub mod counting;
 pub mod error;
+pub mod fault;
 mod invalidating;
 pub mod key;
 pub mod list_cache;
