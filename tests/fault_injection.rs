@@ -104,3 +104,79 @@ fn reads_under_faults_return_one_committed_version_or_fail() {
         assert!(c.errors.load(Relaxed) > 0 && c.truncated.load(Relaxed) > 0 && c.replaced.load(Relaxed) > 0);
     });
 }
+
+/// Writers of disjoint chunks while the store fails a third of requests and adds latency: a
+/// write acknowledged (Ok) is never lost. At the end each chunk holds its last acknowledged
+/// value or a value written after it (a write whose acknowledgement was lost may still have
+/// landed), read without faults.
+#[test]
+fn acknowledged_writes_survive_faults() {
+    let rt = runtime();
+    rt.block_on(async {
+        let spec = ArraySpec::new(&[16, 16], &[8, 8], &[2, 2]);
+        let initial = spec.full_chunks(3, 3, 20);
+        let build = spec.build("a/", &initial);
+        let memory = memory_store(&build.files);
+        let faults = Arc::new(FaultStore::new(
+            memory.clone(),
+            FaultPlan {
+                seed: 11,
+                error_percent: 30,
+                max_latency: Duration::from_micros(300),
+                ..Default::default()
+            },
+        ));
+        let doc = build.files["a/zarr.json"].clone();
+        let array = Arc::new(open_array(faults.clone() as Arc<dyn Store>, "a/", &doc, sticky()));
+        let coords: Vec<_> = initial.keys().filter(|c| spec.in_grid(c)).cloned().collect();
+        let writers: Vec<_> = coords
+            .chunks(coords.len().div_ceil(4))
+            .map(|mine| {
+                let (array, mine) = (array.clone(), mine.to_vec());
+                tokio::spawn(async move {
+                    // Per chunk: every value tried, and how many of them were acknowledged.
+                    let mut log: BTreeMap<Vec<u64>, (Vec<Vec<u8>>, usize)> = BTreeMap::new();
+                    for n in 0..6u64 {
+                        for c in &mine {
+                            let value = chunk_bytes(c, 8 + n as usize, 100 + n);
+                            let entry = log.entry(c.clone()).or_default();
+                            entry.0.push(value.clone());
+                            if array.write_chunk(c, Some(Bytes::from(value))).await.is_ok() {
+                                entry.1 = entry.0.len();
+                            }
+                        }
+                    }
+                    log
+                })
+            })
+            .collect();
+        let mut logs = BTreeMap::new();
+        for w in writers {
+            logs.extend(w.await.unwrap());
+        }
+        let clean = open_array(memory as Arc<dyn Store>, "a/", &doc, sticky());
+        let (mut acked, mut tried) = (0, 0);
+        for (c, (values, last_ack)) in &logs {
+            tried += values.len();
+            acked += last_ack;
+            let stored = clean.read_chunk(c, 0, u64::MAX).await.unwrap().map(|(_, b)| b.to_vec());
+            let stored = stored.expect("every chunk is present");
+            let allowed = if *last_ack == 0 {
+                &values[..]
+            } else {
+                &values[last_ack - 1..]
+            };
+            let was_initial = *last_ack == 0 && initial.get(c) == Some(&stored);
+            assert!(
+                was_initial || allowed.contains(&stored),
+                "chunk {c:?}: an acknowledged write was lost ({} values tried, last acknowledged #{last_ack})",
+                values.len()
+            );
+        }
+        println!(
+            "writes tried {tried}; injected errors {}",
+            faults.counts.errors.load(Relaxed)
+        );
+        assert!(faults.counts.errors.load(Relaxed) > 20 && acked > 0);
+    });
+}
