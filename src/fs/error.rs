@@ -67,7 +67,13 @@ fn store_errno(e: &StoreError) -> i32 {
     match e {
         StoreError::InvalidKey { .. } => libc::EINVAL,
         StoreError::VersionMismatch { .. } => libc::ESTALE,
-        StoreError::Io { .. } => libc::EIO,
+        // A full disk, a quota or the process's file limit is said as such: the caller can act
+        // on it (and nothing was changed: a commit fails before it replaces anything).
+        StoreError::Io { source, .. } => match source.raw_os_error() {
+            Some(code @ (libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE)) => code,
+            _ if source.kind() == std::io::ErrorKind::StorageFull => libc::ENOSPC,
+            _ => libc::EIO,
+        },
         StoreError::PermissionDenied { .. } => libc::EACCES,
         StoreError::ReadOnly => libc::EROFS,
         StoreError::Unsupported(_) => libc::ENOTSUP,
@@ -118,7 +124,10 @@ impl FsError {
 
     /// Whether this is a failure worth a warning rather than an expected outcome.
     fn is_loud(&self) -> bool {
-        matches!(self.errno(), libc::EIO | libc::ESTALE | libc::EACCES)
+        matches!(
+            self.errno(),
+            libc::EIO | libc::ESTALE | libc::EACCES | libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE
+        )
     }
 }
 
