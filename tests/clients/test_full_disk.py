@@ -4,6 +4,7 @@ says why, and once space is freed the same write succeeds."""
 import errno
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -40,7 +41,8 @@ def test_a_full_disk_fails_the_write_with_enospc_and_keeps_the_shard(small_fs, m
     view = mounter(src)
     try:
         before = {k: p.read_bytes() for k, p in walk_files(src / PATH).items()}
-        chunk = view.path(PATH) / "c" / "0" / "0"
+        chunk = view.path(PATH) / "c" / "0" / "0"  # a hole of the fixture: a new chunk
+        assert not chunk.exists()
         new = bytes(range(256)) * 64
         fill(small_fs / "filler")
         with pytest.raises(OSError) as err:
@@ -51,10 +53,36 @@ def test_a_full_disk_fails_the_write_with_enospc_and_keeps_the_shard(small_fs, m
         assert after == before, "a shard changed though its commit failed"
         assert "No space left on device" in view.log_text(), view.log_text()[-2000:]
         (small_fs / "filler").unlink()
-        # With space again, a write commits (another chunk of the same shard).
-        other = view.path(PATH) / "c" / "0" / "1"
-        with open(other, "wb") as f:
+        # The chunk was new and never stored: once the kernel's entry expires (the metadata
+        # TTL), it is gone, and writing it again commits.
+        time.sleep(1.5)
+        assert not chunk.exists()
+        with open(chunk, "wb") as f:
             f.write(new)
-        assert other.read_bytes() == new
+        assert chunk.read_bytes() == new
+    finally:
+        view.stop()
+
+
+def test_an_overwrite_on_a_full_disk_leaves_the_old_chunk(small_fs, mounter, tree):
+    """An existing chunk rewritten on a full disk: ENOSPC, and once the kernel's cache of the
+    failed write expires (the metadata TTL), the chunk reads as before."""
+    src = small_fs / "root"
+    shutil.copytree(tree.root / PATH, src / PATH)
+    shutil.copy(tree.root / "zarr.json", src / "zarr.json")
+    view = mounter(src)
+    try:
+        existing = sorted(walk_files(view.path(PATH)))
+        rel = next(k for k in existing if k.startswith("c/"))
+        chunk = view.path(PATH) / rel
+        old = chunk.read_bytes()
+        fill(small_fs / "filler")
+        with pytest.raises(OSError) as err:
+            with open(chunk, "wb") as f:
+                f.write(bytes(range(256)) * 64)
+        assert err.value.errno == errno.ENOSPC, err.value
+        (small_fs / "filler").unlink()
+        time.sleep(1.5)
+        assert chunk.read_bytes() == old
     finally:
         view.stop()
