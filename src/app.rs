@@ -12,14 +12,10 @@ use crate::cli::{Cli, Command, LogFormat, MountSettings, SourceSpec};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::mount_table::absolute_mount_path;
 use crate::fuse::session::{self, MountConfig};
+use crate::source::{check_reachable, open_store, search_options, source_name, with_caches};
 use crate::store::counting::CountingStore;
-use crate::store::list_cache::ListCache;
-use crate::store::local::LocalStore;
-use crate::store::missing_cache::MissingCache;
-use crate::store::object::learned_nodes::GridScope;
 use crate::store::object::SearchOptions;
 use crate::store::transport::WireStats;
-use crate::store::Store;
 use crate::view::{View, ViewMode, ViewOptions};
 
 /// Run a parsed command line; returns the process exit code.
@@ -83,75 +79,6 @@ pub(crate) fn init_logging(log_file: Option<&Path>, format: LogFormat) -> Result
     }
     std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
     Ok(())
-}
-
-/// A source's store, with the counters of what its client sends over the wire (remote ones).
-type Opened = (Arc<dyn Store>, Option<Arc<WireStats>>);
-
-/// Open the store a source names.
-fn open_store(source: &SourceSpec, writable: bool, search: SearchOptions) -> Result<Opened> {
-    match source {
-        SourceSpec::Local(path) => {
-            let store =
-                LocalStore::new(path, writable).with_context(|| format!("cannot open source {}", path.display()))?;
-            Ok((Arc::new(store), None))
-        }
-        SourceSpec::Remote { url, options } => {
-            let backend = crate::store::remote::open(url, options, writable)
-                .map_err(|m| anyhow::anyhow!(m))?
-                .with_search(search);
-            let wire = backend.wire_stats();
-            Ok((Arc::new(backend), wire))
-        }
-    }
-}
-
-/// Ask the store once before going live, so a missing bucket, bad credentials or an unreachable
-/// endpoint are reported by `mount` rather than by the first `ls`.
-async fn check_reachable(store: &dyn Store, source: &SourceSpec) -> Result<()> {
-    let SourceSpec::Remote { url, .. } = source else {
-        return Ok(());
-    };
-    let listed: String = match store.list_dir("").await {
-        // An empty prefix of a writable store is a place to create a hierarchy in.
-        Ok(entries) if !entries.is_empty() || store.capabilities().writable => return Ok(()),
-        Ok(_) => "nothing is listed there".to_string(),
-        Err(e) => e.to_string(),
-    };
-    // Plain HTTP servers may refuse listings; a readable root metadata document will do.
-    let mut tried = Vec::new();
-    let mut failed = None;
-    for key in ROOT_METADATA {
-        match store.head(key).await {
-            Ok(Some(_)) => return Ok(()),
-            Ok(None) => tried.push(format!("{key}: not found (404)")),
-            Err(e) => {
-                tried.push(format!("{key}: {e}"));
-                failed.get_or_insert(e);
-            }
-        }
-    }
-    // Nothing answered (an unreachable server, an untrusted certificate): one reason is enough.
-    if let (Some(e), true) = (failed, tried.iter().all(|t| !t.ends_with("(404)"))) {
-        bail!("cannot read {}: {e}", crate::store::remote::redact_url(url));
-    }
-    bail!(
-        "cannot read {}: {listed}, and it has no Zarr metadata at its root ({})",
-        crate::store::remote::redact_url(url),
-        tried.join("; ")
-    )
-}
-
-/// The documents that make a URL the root of a Zarr hierarchy (v3, then v2 group, array and
-/// consolidated metadata).
-const ROOT_METADATA: [&str; 4] = ["zarr.json", ".zgroup", ".zarray", ".zmetadata"];
-
-/// A short name of the source for /proc/mounts and messages; never with credentials.
-fn source_name(source: &SourceSpec) -> String {
-    match source {
-        SourceSpec::Local(path) => path.display().to_string(),
-        SourceSpec::Remote { url, .. } => crate::store::remote::redact_url(url),
-    }
 }
 
 fn absolute(path: &Path) -> Result<PathBuf> {
@@ -270,31 +197,10 @@ fn notify_service_manager(states: &[sd_notify::NotifyState]) {
 
 /// Open the source, check it answers, build the filesystem and mount it.
 fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<(Arc<Fs>, session::Mounted)> {
-    let search = SearchOptions {
-        max_keys: settings.max_probe_shards,
-        ttl: settings.metadata_ttl,
-        scope: match settings.view {
-            ViewMode::Unsharded | ViewMode::V2 => GridScope::Unsharded,
-            ViewMode::Raw => GridScope::All,
-        },
-    };
-    let (backend, wire) = open_store(&settings.source, settings.writable, search)?;
+    let (backend, wire) = open_store(&settings.source, settings.writable, search_options(settings))?;
     runtime.block_on(check_reachable(&*backend, &settings.source))?;
     let counters = Arc::new(CountingStore::new(backend));
-    let store: Arc<dyn Store> = match &settings.source {
-        // Remote listings are slow and asked for again and again, and so are names that do not
-        // exist: both kept for the metadata TTL.
-        SourceSpec::Remote { url, .. } => {
-            let missing = Arc::new(MissingCache::new(counters.clone(), settings.metadata_ttl));
-            let cache = ListCache::new(missing, settings.metadata_ttl);
-            Arc::new(if crate::store::remote::is_http_url(url) {
-                cache.incomplete_listings()
-            } else {
-                cache
-            })
-        }
-        SourceSpec::Local(_) => counters.clone(),
-    };
+    let store = with_caches(counters.clone(), &settings.source, settings.metadata_ttl);
     let remote = matches!(settings.source, SourceSpec::Remote { .. });
     // Shard bytes are cached where requests are dear (remote sources, or when asked for with
     // --prefetch-size): three quarters of the cache, indexes the rest.

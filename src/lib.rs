@@ -17,6 +17,7 @@ pub mod mount_options;
 pub mod mount_stats;
 pub mod mountpoint;
 pub mod shard;
+pub mod source;
 pub mod store;
 pub mod threads;
 pub mod view;

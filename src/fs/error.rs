@@ -182,4 +182,20 @@ mod tests {
             libc::EACCES
         );
     }
+
+    #[test]
+    fn full_disks_and_limits_are_said_as_such() {
+        let io = |e: std::io::Error| FsError::View(ViewError::Store(StoreError::io("k", e)));
+        for code in [libc::ENOSPC, libc::EDQUOT, libc::EMFILE, libc::ENFILE] {
+            let e = io(std::io::Error::from_raw_os_error(code));
+            assert_eq!(e.errno(), code);
+            assert!(e.is_loud());
+        }
+        assert_eq!(
+            io(std::io::Error::from(std::io::ErrorKind::StorageFull)).errno(),
+            libc::ENOSPC
+        );
+        assert_eq!(io(std::io::Error::other("broken")).errno(), libc::EIO);
+        assert_eq!(io(std::io::Error::from_raw_os_error(libc::EPIPE)).errno(), libc::EIO);
+    }
 }

@@ -85,47 +85,45 @@ impl DraftLayout {
     /// The metadata keys, in order of preference, of the array whose data directory is `dir`
     /// (a store path without a trailing `/`); none outside the data tree.
     pub fn array_keys_for_data_dir(self, dir: &str) -> Vec<String> {
-        let path = match self {
-            DraftLayout::Y2020 => match dir.strip_prefix("data/root") {
-                Some("") => "",
-                Some(rest) => match rest.strip_prefix('/') {
-                    Some(p) => p,
-                    None => return Vec::new(),
-                },
-                None => return Vec::new(),
-            },
-            DraftLayout::Y2022 => match dir.strip_prefix("data") {
-                Some("") => "",
-                Some(rest) => match rest.strip_prefix('/') {
-                    Some(p) => p,
-                    None => return Vec::new(),
-                },
-                None => return Vec::new(),
-            },
+        let Some(path) = below(dir, self.data_root()) else {
+            return Vec::new();
         };
         let mut keys = vec![self.array_key(path)];
         if self == DraftLayout::Y2022 {
-            match path.strip_prefix("root") {
-                Some("") => keys.push(self.array_key("")),
-                Some(rest) if rest.starts_with('/') => keys.push(self.array_key(&rest[1..])),
-                _ => {}
-            }
+            keys.extend(below(path, "root").map(|p| self.array_key(p)));
         }
         keys
+    }
+
+    /// The directory all data keys are under.
+    fn data_root(self) -> &'static str {
+        match self {
+            DraftLayout::Y2020 => "data/root",
+            DraftLayout::Y2022 => "data",
+        }
     }
 
     /// The data directory of the array whose metadata key is `key`, if `key` is an array's
     /// metadata key.
     pub fn data_dir_of_array_key(self, key: &str) -> Option<String> {
-        let (root_key, meta_dir, data_root) = match self {
-            DraftLayout::Y2020 => ("meta/root.array.json", "meta/root/", "data/root"),
-            DraftLayout::Y2022 => ("meta/array.json", "meta/", "data"),
+        let data_root = self.data_root();
+        let (root_key, meta_dir) = match self {
+            DraftLayout::Y2020 => ("meta/root.array.json", "meta/root/"),
+            DraftLayout::Y2022 => ("meta/array.json", "meta/"),
         };
         if key == root_key {
             return Some(data_root.to_string());
         }
         let path = key.strip_prefix(meta_dir)?.strip_suffix(".array.json")?;
         (!path.is_empty() && !path.ends_with('/')).then(|| format!("{data_root}/{path}"))
+    }
+}
+
+/// The path of `dir` below the directory `root` (`""` for `root` itself), if it is there.
+fn below<'a>(dir: &'a str, root: &str) -> Option<&'a str> {
+    match dir.strip_prefix(root)? {
+        "" => Some(""),
+        rest => rest.strip_prefix('/'),
     }
 }
 

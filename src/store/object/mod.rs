@@ -20,10 +20,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::TryStreamExt;
+use naming::update_version;
 use object_store::path::Path;
-use object_store::{GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-use super::key::{validate, validate_prefix};
+use super::key::validate_prefix;
 use super::transport::{WireCounts, WireStats};
 use super::{
     ByteRange, Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Precondition, Store, StoreError, StoreResult,
@@ -39,6 +40,7 @@ pub mod http_listing;
 mod index_pages;
 mod key_search;
 pub mod learned_nodes;
+mod naming;
 mod read;
 
 pub use key_search::SearchOptions;
@@ -144,82 +146,12 @@ impl ObjectBackend {
         self.flavor
     }
 
-    fn path(&self, key: &str) -> StoreResult<Path> {
-        validate(key)?;
-        Ok(self.raw_path(key))
-    }
-
-    /// The object path of a key: taken as stored (`Path::parse`), because keys written by
-    /// other clients (spaces, non-ASCII names) come back from listings as they are, and an
-    /// encoding `Path::from` would name another object.
-    fn raw_path(&self, rel: &str) -> Path {
-        let rel = rel.trim_end_matches('/');
-        let full = match (self.prefix.is_empty(), rel.is_empty()) {
-            (true, _) => rel.to_string(),
-            (false, true) => self.prefix.clone(),
-            (false, false) => format!("{}/{rel}", self.prefix),
-        };
-        Path::parse(&full).unwrap_or_else(|_| Path::from(full.as_str()))
-    }
-
-    /// The key of a listed object (its path without the source prefix).
-    fn key_of(&self, path: &Path) -> Option<String> {
-        let full = path.as_ref();
-        if self.prefix.is_empty() {
-            return Some(full.to_string());
-        }
-        full.strip_prefix(self.prefix.as_str())?
-            .strip_prefix('/')
-            .map(str::to_string)
-    }
-
-    fn meta_of(&self, meta: &object_store::ObjectMeta) -> ObjectMeta {
-        ObjectMeta {
-            size: meta.size,
-            version: version_of(meta, self.flavor),
-            mtime_ns: meta.last_modified.timestamp_nanos_opt().map(i128::from),
-        }
-    }
-
     fn readonly(&self) -> StoreResult<()> {
         if self.writable {
             Ok(())
         } else {
             Err(StoreError::ReadOnly)
         }
-    }
-}
-
-/// Our version of an object: on GCS its generation (what its preconditions name), elsewhere
-/// its ETag; failing those the other one, else its mtime and size.
-fn version_of(meta: &object_store::ObjectMeta, flavor: Flavor) -> Version {
-    let generation = meta.version.as_ref().map(|g| Version(format!("g:{g}")));
-    let etag = meta.e_tag.as_ref().map(|e| Version(e.clone()));
-    let preferred = if flavor == Flavor::Gcs {
-        generation.or(etag)
-    } else {
-        etag.or(generation)
-    };
-    preferred.unwrap_or_else(|| {
-        Version(format!(
-            "m:{}:{}",
-            meta.last_modified.timestamp_nanos_opt().unwrap_or(0),
-            meta.size
-        ))
-    })
-}
-
-/// The version as preconditions want it (ETag, or GCS generation).
-fn update_version(v: &Version) -> UpdateVersion {
-    match v.0.strip_prefix("g:") {
-        Some(generation) => UpdateVersion {
-            e_tag: None,
-            version: Some(generation.to_string()),
-        },
-        None => UpdateVersion {
-            e_tag: Some(v.0.clone()),
-            version: None,
-        },
     }
 }
 

@@ -177,8 +177,21 @@ impl View {
         Ok(out)
     }
 
-    /// The root's consolidated `.zmetadata`: every group's and array's v2 documents.
+    /// The root's consolidated `.zmetadata`: every group's and array's v2 documents (walked
+    /// at most once per TTL).
     pub(super) async fn v2_zmetadata(&self) -> Result<Bytes, ViewError> {
+        {
+            let kept = self.v2.zmetadata.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, bytes)) = kept.as_ref().filter(|(at, _)| at.elapsed() < self.v2.ttl) {
+                return Ok(bytes.clone());
+            }
+        }
+        let bytes = self.walk_zmetadata().await?;
+        *self.v2.zmetadata.lock().unwrap_or_else(|e| e.into_inner()) = Some((std::time::Instant::now(), bytes.clone()));
+        Ok(bytes)
+    }
+
+    async fn walk_zmetadata(&self) -> Result<Bytes, ViewError> {
         let mut metadata = Map::new();
         let mut pending = vec![String::new()];
         while let Some(dir) = pending.pop() {

@@ -80,6 +80,8 @@ pub(in crate::view) struct V2Nodes {
     compressor: V2Compressor,
     /// Transcoded chunks by path and stored version.
     transcoded: DecodedShards,
+    /// The root's `.zmetadata` (a walk of the hierarchy), kept for the TTL like the nodes.
+    zmetadata: Mutex<Option<(Instant, Bytes)>>,
 }
 
 impl V2Nodes {
@@ -90,6 +92,7 @@ impl V2Nodes {
             entries: Mutex::new(LruCache::new(cap)),
             compressor,
             transcoded: DecodedShards::new(cache_bytes),
+            zmetadata: Mutex::default(),
         }
     }
 }
