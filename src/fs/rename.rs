@@ -69,8 +69,7 @@ impl Fs {
     async fn move_staged(&self, from: &str, to: &str, file: Arc<WriteFile>, sink: Sink) -> FsResult<()> {
         let deferred = self.defers(&sink);
         if matches!(sink, Sink::Staged) || deferred {
-            self.inodes.rename(from, to);
-            self.inodes.with_file(to, |w| w.sink = sink.clone());
+            self.inodes.move_file(from, to, sink.clone());
             if deferred {
                 file.state.lock().await.touch();
                 self.defer(to);
@@ -105,13 +104,11 @@ impl Fs {
             return Err(FsError::CrossDevice);
         }
         let from = from_at.path();
-        self.inodes.rename(from, to);
-        self.inodes.with_file(to, |w| w.sink = sink.clone());
+        self.inodes.move_file(from, to, sink.clone());
         // The content must be whole before the old name's stored version goes.
         let loaded = self.load(&file).await.map(|mut state| state.touch());
         if let Err(e) = loaded {
-            self.inodes.rename(to, from);
-            self.inodes.with_file(from, |w| w.sink = from_sink);
+            self.inodes.move_file(to, from, from_sink);
             return Err(e);
         }
         if self.inodes.with_file(to, |w| w.pending.take()).flatten().is_some() {

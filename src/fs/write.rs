@@ -123,12 +123,14 @@ impl Fs {
         let Some(writer) = handle.committer() else {
             return Ok(());
         };
-        // Wherever the file is now; an unlinked file has nowhere to go.
+        // Wherever the file is once its content is ours: a rename moves the name without the
+        // content's lock, so a place read before locking may already be the old name (whose
+        // stored copy the rename removes). An unlinked file has nowhere to go.
+        let mut state = writer.file.state.lock().await;
         let Some((path, sink)) = self.inodes.place_of(writer.ino, &writer.file) else {
             return Ok(());
         };
         let Sink::Commit(target) = &sink else { return Ok(()) };
-        let mut state = writer.file.state.lock().await;
         if !state.dirty {
             return Ok(());
         }

@@ -123,6 +123,16 @@ impl InodeTable {
     }
 
     /// Change the file held at `path` in place; `None` if there is none.
+    /// Move the file held at `from` to `to`, going to `sink` from now on: one step, so no
+    /// flush sees the new name with the old sink.
+    pub fn move_file(&self, from: &str, to: &str, sink: Sink) {
+        let mut t = self.lock();
+        t.rename(from, to);
+        if let Some(w) = t.written(to) {
+            w.sink = sink;
+        }
+    }
+
     pub fn with_file<T>(&self, path: &str, f: impl FnOnce(&mut Written) -> T) -> Option<T> {
         self.lock().written(path).map(f)
     }

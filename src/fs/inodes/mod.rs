@@ -53,6 +53,31 @@ impl Default for InodeTable {
 }
 
 impl Tables {
+    fn rename(&mut self, from: &str, to: &str) -> Option<Local> {
+        if from == to {
+            return None;
+        }
+        let replaced = self.by_path.get(to).copied().and_then(|old| {
+            let local = self.set_local(old, None);
+            if self.by_path.get(to) == Some(&old) {
+                self.by_path.remove(to);
+            }
+            local
+        });
+        if let Some(ino) = self.by_path.remove(from) {
+            let to_path: Arc<str> = Arc::from(to);
+            if let Some(inode) = self.by_ino.get_mut(&ino) {
+                let from_path = std::mem::replace(&mut inode.path, to_path.clone());
+                if inode.local.is_some() {
+                    self.local.remove(&from_path);
+                    self.local.insert(to_path.clone());
+                }
+            }
+            self.by_path.insert(to_path, ino);
+        }
+        replaced
+    }
+
     /// The inode at `path`, created (with no lookup counted) if needed.
     fn at(&mut self, path: &str) -> u64 {
         if let Some(&ino) = self.by_path.get(path) {
@@ -168,29 +193,7 @@ impl InodeTable {
     /// inode that `to` had is no longer reachable by name (the kernel forgets it in its own
     /// time); what the mount held for it is returned.
     pub fn rename(&self, from: &str, to: &str) -> Option<Local> {
-        let mut t = self.lock();
-        if from == to {
-            return None;
-        }
-        let replaced = t.by_path.get(to).copied().and_then(|old| {
-            let local = t.set_local(old, None);
-            if t.by_path.get(to) == Some(&old) {
-                t.by_path.remove(to);
-            }
-            local
-        });
-        if let Some(ino) = t.by_path.remove(from) {
-            let to_path: Arc<str> = Arc::from(to);
-            if let Some(inode) = t.by_ino.get_mut(&ino) {
-                let from_path = std::mem::replace(&mut inode.path, to_path.clone());
-                if inode.local.is_some() {
-                    t.local.remove(&from_path);
-                    t.local.insert(to_path.clone());
-                }
-            }
-            t.by_path.insert(to_path, ino);
-        }
-        replaced
+        self.lock().rename(from, to)
     }
 
     /// A reader opened `ino` and found `content`: whether the last reader found the same bytes
