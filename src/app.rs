@@ -146,6 +146,9 @@ fn mount(settings: MountSettings) -> Result<()> {
 
 /// Build the runtime and the filesystem, mount, report, and serve until unmounted.
 pub(crate) fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> Result<()> {
+    if let Some((before, after)) = crate::fd_limit::raise() {
+        tracing::debug!("descriptor limit (ulimit -n) raised from {before} to {after}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("zarrfs-io")
@@ -222,6 +225,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         remote,
         max_probe_shards: settings.max_probe_shards,
         v2_compressor: settings.v2_compressor,
+        open_snapshot_bytes: settings.cache_bytes as u64,
     };
     let view = View::new(store, &options);
     let mut fs_config = FsConfig::read_only(

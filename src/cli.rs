@@ -189,7 +189,9 @@ pub struct MountArgs {
     pub gid: Option<u32>,
 
     /// Memory for decoded shard indexes and, for remote sources, cached shard bytes (suffixes
-    /// K, M, G allowed; default 64M for local sources, 512M for remote ones).
+    /// K, M, G allowed; default 64M for local sources, 512M for remote ones). As much again,
+    /// at most, for the chunks held by files open for reading (beyond it they read range by
+    /// range).
     #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Caching")]
     pub cache_size: Option<u64>,
     /// Bytes read along with a shard's index, so that a shard that fits costs one request, and

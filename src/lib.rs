@@ -9,6 +9,7 @@
 pub mod app;
 pub mod cli;
 pub mod daemon;
+pub mod fd_limit;
 pub mod fs;
 pub mod fuse;
 pub mod fuzzing;

@@ -1,8 +1,8 @@
 //! `zarrfs stats MOUNTPOINT`: the counters a live mount publishes (requests to the store and
 //! their bytes, what went over the wire, cache hits, shard commits and conflicts, requests
-//! from the kernel), printed for a person or as JSON. They are read with the mount's stats
-//! ioctl on its root directory; mounts of zarrfs versions before it published them only as
-//! the extended attribute `user.zarrfs.stats`, which is the fallback.
+//! from the kernel, what it holds open now), printed for a person or as JSON. They are read
+//! with the mount's stats ioctl on its root directory; mounts of zarrfs versions before it
+//! published them only as the extended attribute `user.zarrfs.stats`, which is the fallback.
 
 use std::path::Path;
 
@@ -116,6 +116,15 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
             n("fuse_reads"),
             n("fuse_readdirs"),
             n("fuse_getxattrs")
+        ),
+        format!(
+            "open now        {} files, {} directories; {} files held for writing ({} in memory, \
+             {} spilled to disk)",
+            n("open_files"),
+            n("open_dirs"),
+            n("held_files"),
+            bytes(n("write_buffer_bytes")),
+            n("spilled_files")
         ),
     ];
     lines.join("\n") + "\n"

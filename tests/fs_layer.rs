@@ -328,6 +328,51 @@ async fn chunk_larger_than_the_snapshot_limit_reads_in_ranges() {
 }
 
 #[tokio::test]
+async fn open_files_beyond_the_snapshot_budget_read_pinned_ranges() {
+    // Room for one chunk's snapshot: the second file opened reads range by range, from the
+    // shard version it opened, and a replaced chunk is ESTALE there (never half old, half new).
+    let spec = ArraySpec::new(&[2], &[2], &[1]).index(zarrfs::zarr::sharding::IndexLocation::End, LE_CRC);
+    let mut chunks = Chunks::new();
+    chunks.insert(vec![0], chunk_bytes(&[0], 100, 1));
+    chunks.insert(vec![1], chunk_bytes(&[1], 100, 1));
+    let built = spec.build("a/", &chunks);
+    let store = memory_store(&built.files);
+    let options = ViewOptions {
+        open_snapshot_bytes: 150,
+        ..ViewOptions::default()
+    };
+    let fs = Fs::new(
+        View::new(store.clone(), &options),
+        FsConfig::read_only(UID, GID, Duration::ZERO),
+    );
+    let attr = resolve(&fs, "a/c/0").await.unwrap();
+    let (first, second) = (
+        fs.open(attr.ino, false, false).await.unwrap(),
+        fs.open(attr.ino, false, false).await.unwrap(),
+    );
+    let old = &chunks[&vec![0]];
+    assert_eq!(fs.read(first, 0, 10).await.unwrap().to_vec(), old[..10]);
+    assert_eq!(fs.view().snapshot_bytes(), 100);
+    assert_eq!(fs.read(second, 0, 10).await.unwrap().to_vec(), old[..10]);
+    assert_eq!(fs.view().snapshot_bytes(), 100, "no room for a second snapshot");
+
+    let mut changed = chunks.clone();
+    changed.insert(vec![0], chunk_bytes(&[0], 100, 2));
+    for (key, bytes) in spec.build("a/", &changed).files {
+        store.insert(&key, bytes);
+    }
+    assert_eq!(
+        fs.read(first, 10, 90).await.unwrap().to_vec(),
+        old[10..],
+        "the snapshot"
+    );
+    assert_eq!(fs.read(second, 10, 90).await.unwrap_err().errno(), libc::ESTALE);
+    fs.release(first).await;
+    fs.release(second).await;
+    assert_eq!(fs.view().snapshot_bytes(), 0, "given back at release");
+}
+
+#[tokio::test]
 async fn missing_names_are_enoent() {
     let (_, _, fs) = hierarchy_fs();
     for path in [

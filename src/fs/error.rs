@@ -3,12 +3,16 @@
 //! Each error also knows how loudly to log: expected misses (a lookup of a name that does not
 //! exist) at debug level; corrupt stored data as a warning naming the key and the reason,
 //! once per distinct message so a damaged shard read by a thousand requests logs one line.
+//! Running out of descriptors fails every operation that needs one, each with its own key, so
+//! it gets one warning of its own (saying which limit ran out) at most once a minute instead.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use super::buffer::BufferError;
 use crate::shard::ShardError;
 use crate::store::StoreError;
 use crate::view::ViewError;
@@ -51,15 +55,36 @@ pub enum FsError {
     #[error("not implemented")]
     NotImplemented,
     /// The local buffer of a file being written failed (spill directory full, unwritable).
-    #[error("write buffer: {0}")]
-    Buffer(std::io::Error),
+    #[error("{0}")]
+    Buffer(Arc<BufferError>),
+    /// A write to this file failed earlier, so its content may be incomplete: it is not
+    /// committed (the stored version stays as it was).
+    #[error("not stored, as an earlier write to it failed: {0}")]
+    Unwritten(Arc<BufferError>),
     #[error(transparent)]
     View(#[from] ViewError),
 }
 
-impl From<std::io::Error> for FsError {
-    fn from(e: std::io::Error) -> Self {
-        FsError::Buffer(e)
+impl From<BufferError> for FsError {
+    fn from(e: BufferError) -> Self {
+        FsError::Buffer(Arc::new(e))
+    }
+}
+
+/// A full disk, a quota or a descriptor limit is said as such: the caller can act on it (and
+/// nothing was changed: a commit fails before it replaces anything). Other I/O errors are EIO.
+fn io_errno(e: &std::io::Error) -> i32 {
+    match e.raw_os_error() {
+        Some(code @ (libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE)) => code,
+        _ if e.kind() == std::io::ErrorKind::StorageFull => libc::ENOSPC,
+        _ => libc::EIO,
+    }
+}
+
+fn buffer_errno(e: &BufferError) -> i32 {
+    match e {
+        BufferError::TooLarge => libc::EFBIG,
+        BufferError::Spill { source, .. } => io_errno(source),
     }
 }
 
@@ -67,13 +92,7 @@ fn store_errno(e: &StoreError) -> i32 {
     match e {
         StoreError::InvalidKey { .. } => libc::EINVAL,
         StoreError::VersionMismatch { .. } => libc::ESTALE,
-        // A full disk, a quota or the process's file limit is said as such: the caller can act
-        // on it (and nothing was changed: a commit fails before it replaces anything).
-        StoreError::Io { source, .. } => match source.raw_os_error() {
-            Some(code @ (libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE)) => code,
-            _ if source.kind() == std::io::ErrorKind::StorageFull => libc::ENOSPC,
-            _ => libc::EIO,
-        },
+        StoreError::Io { source, .. } => io_errno(source),
         StoreError::PermissionDenied { .. } => libc::EACCES,
         StoreError::ReadOnly => libc::EROFS,
         StoreError::Unsupported(_) => libc::ENOTSUP,
@@ -111,7 +130,7 @@ impl FsError {
             FsError::BufferTooSmall => libc::ERANGE,
             FsError::NotATerminal => libc::ENOTTY,
             FsError::NotImplemented => libc::ENOSYS,
-            FsError::Buffer(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            FsError::Buffer(e) | FsError::Unwritten(e) => buffer_errno(e),
             FsError::View(ViewError::Store(e)) => store_errno(e),
             FsError::View(ViewError::Shard(e)) => shard_errno(e),
             FsError::View(ViewError::Vanished(_)) => libc::ESTALE,
@@ -135,16 +154,24 @@ impl FsError {
 #[derive(Debug, Default)]
 pub struct ErrorLog {
     seen: Mutex<HashSet<String>>,
+    /// When running out of descriptors was last said.
+    out_of_descriptors: Mutex<Option<Instant>>,
 }
 
 /// Distinct loud messages remembered before the memory is reset.
 const SEEN_LIMIT: usize = 4096;
+
+/// How often running out of descriptors is said, at most.
+const DESCRIPTORS_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 impl ErrorLog {
     pub fn record(&self, op: &str, path: &str, e: &FsError) {
         if !e.is_loud() {
             tracing::debug!(op, path, error = %e);
             return;
+        }
+        if matches!(e.errno(), libc::EMFILE | libc::ENFILE) {
+            return self.out_of_descriptors(op, path, e);
         }
         let message = e.to_string();
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,6 +183,35 @@ impl ErrorLog {
         } else {
             tracing::debug!(op, path, "{message}");
         }
+    }
+}
+
+impl ErrorLog {
+    /// One warning a minute that says which limit ran out; each failure at debug level.
+    fn out_of_descriptors(&self, op: &str, path: &str, e: &FsError) {
+        let mut last = self.out_of_descriptors.lock().unwrap_or_else(|p| p.into_inner());
+        if !last.is_none_or(|at| at.elapsed() >= DESCRIPTORS_WARNING_EVERY) {
+            tracing::debug!(op, path, error = %e);
+            return;
+        }
+        *last = Some(Instant::now());
+        if e.errno() == libc::ENFILE {
+            tracing::warn!(
+                op,
+                path,
+                "the system is out of file descriptors (its file table is full, see fs.file-max): \
+                 operations needing one fail with ENFILE until others are closed; {e}"
+            );
+            return;
+        }
+        let limit = crate::fd_limit::soft().map_or_else(|| "unknown".to_string(), |n| n.to_string());
+        tracing::warn!(
+            op,
+            path,
+            "out of file descriptors: this daemon may hold {limit} (ulimit -n, RLIMIT_NOFILE; \
+             LimitNOFILE= in a systemd unit) and holds them all; operations needing one fail with \
+             EMFILE until others are closed; {e}"
+        );
     }
 }
 
@@ -197,5 +253,43 @@ mod tests {
         );
         assert_eq!(io(std::io::Error::other("broken")).errno(), libc::EIO);
         assert_eq!(io(std::io::Error::from_raw_os_error(libc::EPIPE)).errno(), libc::EIO);
+    }
+
+    #[test]
+    fn spill_failures_keep_their_errno_and_name_the_directory() {
+        let spill = |code| {
+            Arc::new(BufferError::Spill {
+                dir: "/spill/here".into(),
+                limit: 4096,
+                source: std::io::Error::from_raw_os_error(code),
+            })
+        };
+        for code in [libc::ENOSPC, libc::EDQUOT, libc::EMFILE, libc::ENFILE] {
+            assert_eq!(FsError::Buffer(spill(code)).errno(), code);
+            assert_eq!(FsError::Unwritten(spill(code)).errno(), code);
+        }
+        assert_eq!(FsError::Buffer(spill(libc::EACCES)).errno(), libc::EIO);
+        assert_eq!(FsError::from(BufferError::TooLarge).errno(), libc::EFBIG);
+        let unwritten = FsError::Unwritten(spill(libc::ENOSPC)).to_string();
+        assert!(
+            unwritten.contains("not stored") && unwritten.contains("/spill/here"),
+            "{unwritten}"
+        );
+    }
+
+    #[test]
+    fn running_out_of_descriptors_is_said_once_a_minute() {
+        let log = ErrorLog::default();
+        let e = FsError::Buffer(Arc::new(BufferError::Spill {
+            dir: "/spill".into(),
+            limit: 1,
+            source: std::io::Error::from_raw_os_error(libc::EMFILE),
+        }));
+        log.record("write", "a/c/0", &e);
+        let first = *log.out_of_descriptors.lock().unwrap();
+        log.record("write", "a/c/1", &e);
+        assert!(first.is_some());
+        assert_eq!(*log.out_of_descriptors.lock().unwrap(), first, "not said again");
+        assert!(log.seen.lock().unwrap().is_empty(), "not remembered per message");
     }
 }

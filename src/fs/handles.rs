@@ -5,12 +5,19 @@
 //! content the mount holds (shared by every handle of that name, see [`super::inodes`]). A
 //! directory handle holds the listing taken at `opendir`, so offsets stay stable while the
 //! directory is read.
+//!
+//! A file whose write failed (its spill directory full, out of descriptors) may hold part of
+//! that write: it is marked failed, and every commit of it is refused with the same error
+//! until it is truncated whole, so a partial chunk never replaces a stored one.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::buffer::{Budget, Buffer};
+use bytes::Bytes;
+
+use super::buffer::{Budget, Buffer, BufferError};
+use super::{FsError, FsResult};
 pub use crate::view::SNAPSHOT_LIMIT;
 use crate::view::{Node, OpenFile, Target};
 
@@ -37,8 +44,8 @@ pub struct WriteHandle {
 }
 
 impl FileHandle {
-    pub fn reader(node: Node) -> Self {
-        FileHandle::Read(OpenFile::new(node))
+    pub fn reader(file: OpenFile) -> Self {
+        FileHandle::Read(file)
     }
 
     pub fn writer(ino: u64, file: Arc<WriteFile>, can_write: bool) -> Self {
@@ -93,6 +100,8 @@ pub struct WriteState {
     pub mtime: std::time::SystemTime,
     /// Counts changes, so a commit of older bytes does not mark newer ones clean.
     pub generation: u64,
+    /// Why a write failed, leaving the content possibly incomplete: it is not committed.
+    pub failed: Option<Arc<BufferError>>,
 }
 
 impl WriteFile {
@@ -106,6 +115,7 @@ impl WriteFile {
             size_hint: 0,
             mtime: std::time::SystemTime::now(),
             generation: 0,
+            failed: None,
         })
     }
 
@@ -120,6 +130,7 @@ impl WriteFile {
             size_hint,
             mtime: std::time::SystemTime::now(),
             generation: 0,
+            failed: None,
         })
     }
 
@@ -131,12 +142,48 @@ impl WriteFile {
 }
 
 impl WriteState {
-    /// Empty the content (O_TRUNC, or a new file).
-    pub fn truncate(&mut self) -> std::io::Result<()> {
+    /// Empty the content (O_TRUNC, or a new file): whatever a failed write left is gone.
+    pub fn truncate(&mut self) -> Result<(), BufferError> {
         self.data.resize(0)?;
         self.loaded = true;
+        self.failed = None;
         self.touch();
         Ok(())
+    }
+
+    /// Write into the content; a failure marks the file failed (see the module notes).
+    pub fn write_at(&mut self, offset: u64, data: &[u8]) -> FsResult<()> {
+        if let Err(e) = self.data.write_at(offset, data) {
+            let e = Arc::new(e);
+            self.failed = Some(e.clone());
+            return Err(FsError::Buffer(e));
+        }
+        self.touch();
+        Ok(())
+    }
+
+    /// Change the size (truncate); truncated whole, whatever a failed write left is gone.
+    pub fn resize(&mut self, size: u64) -> FsResult<()> {
+        self.data.resize(size)?;
+        if size == 0 {
+            self.failed = None;
+        }
+        self.touch();
+        Ok(())
+    }
+
+    /// Refused with the failure if a write to the file failed (see the module notes).
+    pub fn check_whole(&self) -> FsResult<()> {
+        match &self.failed {
+            Some(e) => Err(FsError::Unwritten(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The whole content, to be committed: refused once a write to it failed.
+    pub fn content(&self) -> FsResult<Bytes> {
+        self.check_whole()?;
+        Ok(self.data.to_bytes()?)
     }
 
     pub fn touch(&mut self) {
@@ -185,5 +232,44 @@ impl<T> HandleTable<T> {
 
     pub fn remove(&self, fh: u64) -> Option<Arc<T>> {
         self.lock().remove(&fh)
+    }
+
+    /// Handles open now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_write_is_never_committed_until_truncated_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, b"").unwrap();
+        let file = WriteFile::new_empty(Budget::new(4, not_a_dir));
+        let mut state = file.state.try_lock().unwrap();
+        state.write_at(0, b"1234").unwrap();
+        assert_eq!(&state.content().unwrap()[..], b"1234");
+        let e = state.write_at(4, b"5678").unwrap_err();
+        assert!(matches!(e, FsError::Buffer(_)), "{e}");
+        let refused = state.content().unwrap_err();
+        assert!(matches!(refused, FsError::Unwritten(_)), "{refused}");
+        assert_eq!(refused.errno(), e.errno());
+        assert!(state.check_whole().is_err());
+        state.resize(2).unwrap();
+        assert!(state.check_whole().is_err(), "a partial truncate keeps the failure");
+        state.truncate().unwrap();
+        state.write_at(0, b"ok").unwrap();
+        assert_eq!(&state.content().unwrap()[..], b"ok");
+        state.write_at(2, b"again").unwrap_err();
+        state.resize(0).unwrap();
+        assert!(state.content().unwrap().is_empty());
     }
 }

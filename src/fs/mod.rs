@@ -249,7 +249,7 @@ impl Fs {
             Some(node) if node.is_dir() => Err(FsError::IsADirectory),
             Some(node) => {
                 let content = node.content_id();
-                Ok((self.files.insert(FileHandle::reader(node)), content))
+                Ok((self.files.insert(FileHandle::reader(self.view.open(node))), content))
             }
             None if self.inodes.is_local_dir(at.path()) => Err(FsError::IsADirectory),
             None => Err(FsError::NotFound),

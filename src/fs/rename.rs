@@ -79,7 +79,7 @@ impl Fs {
         let Sink::Commit(target) = sink else {
             return Err(FsError::CrossDevice);
         };
-        let data = self.load(&file).await?.data.to_bytes()?;
+        let data = self.load(&file).await?.content()?;
         self.view.commit(&target, data).await?;
         self.inodes.take_file(from);
         self.inodes.rename(from, to);
@@ -103,6 +103,8 @@ impl Fs {
         if !allowed {
             return Err(FsError::CrossDevice);
         }
+        // Incomplete content never replaces anything (and the old name keeps its stored copy).
+        file.state.lock().await.check_whole()?;
         let from = from_at.path();
         self.inodes.move_file(from, to, sink.clone());
         // The content must be whole before the old name's stored version goes.
@@ -125,7 +127,7 @@ impl Fs {
         // asynchronously, and a release that never comes (unmount) must not lose the content.
         let Sink::Commit(target) = &sink else { return Ok(()) };
         let mut state = file.state.lock().await;
-        let data = state.data.to_bytes()?;
+        let data = state.content()?;
         self.view.commit(target, data).await?;
         state.dirty = false;
         drop(state);

@@ -106,8 +106,7 @@ impl Fs {
         if end > self.config.max_file_size as u64 {
             return Err(FsError::FileTooLarge);
         }
-        state.data.write_at(offset, data)?;
-        state.touch();
+        state.write_at(offset, data)?;
         Ok(u32::try_from(data.len()).unwrap_or(u32::MAX))
     }
 
@@ -131,6 +130,8 @@ impl Fs {
             return Ok(());
         };
         let Sink::Commit(target) = &sink else { return Ok(()) };
+        // A file a write failed to is not committed, and every close of it says so.
+        state.check_whole()?;
         if !state.dirty {
             return Ok(());
         }
@@ -139,7 +140,7 @@ impl Fs {
             self.defer(&path);
             return Ok(());
         }
-        let data = state.data.to_bytes()?;
+        let data = state.content()?;
         self.view.commit(target, data).await?;
         state.dirty = false;
         Ok(())
@@ -180,10 +181,7 @@ impl Fs {
         }
         if let Some((file, Sink::Commit(_))) = self.inodes.file_at(&path) {
             // Open for writing elsewhere: change the shared content; its close commits it.
-            let mut state = self.load(&file).await?;
-            state.data.resize(size as u64)?;
-            state.touch();
-            drop(state);
+            self.load(&file).await?.resize(size as u64)?;
             return self.getattr(ino).await;
         }
         let at = self.view.locate(&path).await?;
@@ -198,10 +196,7 @@ impl Fs {
 
     async fn resize(&self, handle: &FileHandle, size: usize) -> FsResult<()> {
         let writer = handle.written().ok_or(FsError::BadHandle)?;
-        let mut state = self.load(&writer.file).await?;
-        state.data.resize(size as u64)?;
-        state.touch();
-        Ok(())
+        self.load(&writer.file).await?.resize(size as u64)
     }
 
     /// Remove a file: what the mount holds for it goes, and what is stored.

@@ -122,7 +122,7 @@ impl Fs {
         for (path, file, target) in candidates {
             let state = file.state.lock().await;
             if state.dirty && state.loaded {
-                let Ok(data) = state.data.to_bytes() else { continue };
+                let Ok(data) = state.content() else { continue };
                 due.push(Due {
                     path,
                     target,
@@ -145,9 +145,9 @@ impl Fs {
             if !state.dirty || !state.loaded {
                 continue;
             }
-            let committed = match state.data.to_bytes() {
+            let committed = match state.content() {
                 Ok(data) => self.view.commit(&target, data).await.map_err(FsError::from),
-                Err(e) => Err(e.into()),
+                Err(e) => Err(e),
             };
             match committed {
                 Ok(()) => state.dirty = false,

@@ -25,7 +25,28 @@ impl Fs {
         let mut stats = counters.snapshot();
         stats.extend(self.view.shard_stats().snapshot());
         stats.extend(self.ops.snapshot());
+        stats.extend(self.holdings());
         serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute)
+    }
+
+    /// What the mount holds now: open handles, files it holds the content of (being written,
+    /// staged, pending), the memory their content takes, and how many of them spilled to disk.
+    fn holdings(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut out = serde_json::Map::new();
+        for (name, value) in [
+            ("open_files", self.files.len()),
+            ("open_dirs", self.dirs.len()),
+            ("held_files", self.inodes.files().len()),
+            ("write_buffer_bytes", self.budget.used()),
+            ("spilled_files", self.budget.spilled()),
+            (
+                "read_snapshot_bytes",
+                usize::try_from(self.view.snapshot_bytes()).unwrap_or(usize::MAX),
+            ),
+        ] {
+            out.insert(name.into(), value.into());
+        }
+        out
     }
 
     /// An ioctl on a file or directory of the mount: [`STATS_IOCTL`] answers the counters;

@@ -35,7 +35,7 @@ use crate::store::{ByteRange, GetOptions, Store};
 pub use locate::Located;
 use locate::{At, Place};
 use nodes::{GroupNode, NodeCache, ShardedNode};
-pub use open_file::{OpenFile, SNAPSHOT_LIMIT};
+pub use open_file::{OpenFile, SnapshotBudget, SNAPSHOT_LIMIT};
 pub use target::{Batch, Target};
 use types::Source;
 pub use types::{ContentId, Node, ViewError, ViewMode, ViewOptions};
@@ -52,6 +52,8 @@ pub struct View {
     stats: Arc<ShardStats>,
     read_ahead: u64,
     v2: v2::V2Nodes,
+    /// What the snapshots of open files may hold (see [`open_file`]).
+    snapshots: Arc<SnapshotBudget>,
 }
 
 /// `a/b/c` -> (`a/b`, `c`); `c` -> (`""`, `c`).
@@ -102,6 +104,7 @@ impl View {
             stats,
             read_ahead: if options.remote { options.prefetch_bytes } else { 0 },
             v2,
+            snapshots: SnapshotBudget::new(options.open_snapshot_bytes),
         }
     }
 

@@ -41,6 +41,8 @@ pub struct ViewOptions {
     pub max_probe_shards: u64,
     /// The compressor of chunks the v2 view transcodes.
     pub v2_compressor: crate::zarr::transcode::V2Compressor,
+    /// Bytes of whole chunks that files open for reading may hold together (see `open_file`).
+    pub open_snapshot_bytes: u64,
 }
 
 impl Default for ViewOptions {
@@ -54,6 +56,7 @@ impl Default for ViewOptions {
             remote: false,
             max_probe_shards: crate::shard::DEFAULT_MAX_PROBE_SHARDS,
             v2_compressor: Default::default(),
+            open_snapshot_bytes: 64 << 20,
         }
     }
 }

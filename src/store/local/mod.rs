@@ -15,6 +15,11 @@
 //! their `flock` waits and `fsync`s — it runs through `block_in_place`, which first hands the
 //! worker's other tasks to another thread, so no request waits behind this I/O.
 //!
+//! The cache of open files holds at most a sixteenth of the process's descriptor limit, and
+//! gives its descriptors back whenever an operation finds none left (EMFILE, ENFILE), so a low
+//! `ulimit -n` costs failed operations while descriptors are short, never a store stuck
+//! failing after the load is gone.
+//!
 //! The module's parts: [`read`] serves reads (pinned ones through a cache of open files),
 //! [`replace`] writes conditionally (the protocol against cooperating and foreign writers) and
 //! [`erase`] erases conditionally, [`version`] says what a version is and keeps versions from
@@ -57,8 +62,10 @@ use super::{
 /// Names of in-flight temporary files start with this; listings hide them.
 const TEMP_MARKER: &str = ".zarrfs-tmp.";
 
-/// Open files kept for pinned reads.
+/// Open files kept for pinned reads, at most; and at most this fraction of the process's
+/// descriptor limit (a cache must never be what leaves the process without descriptors).
 const OPEN_FILES: usize = 64;
+const OPEN_FILES_SHARE_OF_LIMIT: u64 = 16;
 
 /// Numbers temporary names, process-wide: two stores of one process on one directory must not
 /// pick the same name.
@@ -86,7 +93,10 @@ impl LocalStore {
         if !meta.is_dir() {
             return Err(std::io::Error::new(ErrorKind::NotADirectory, "not a directory"));
         }
-        let capacity = NonZeroUsize::new(OPEN_FILES).unwrap_or(NonZeroUsize::MIN);
+        let share = crate::fd_limit::soft().map_or(OPEN_FILES, |limit| {
+            usize::try_from(limit / OPEN_FILES_SHARE_OF_LIMIT).unwrap_or(usize::MAX)
+        });
+        let capacity = NonZeroUsize::new(OPEN_FILES.min(share)).unwrap_or(NonZeroUsize::MIN);
         Ok(LocalStore {
             root,
             writable,
@@ -138,6 +148,47 @@ async fn blocking<T>(f: impl FnOnce() -> StoreResult<T>) -> StoreResult<T> {
     }
 }
 
+/// Whether an operation failed for want of a file descriptor (the process's or the system's).
+fn out_of_descriptors<T>(result: &StoreResult<T>) -> bool {
+    matches!(result, Err(StoreError::Io { source, .. })
+        if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)))
+}
+
+impl LocalStore {
+    /// [`blocking`] for an operation that changes nothing: out of descriptors, the cache of
+    /// open files gives its own back and the operation runs once more. (Without this, a cache
+    /// that filled what a low limit leaves would fail every other open for good.)
+    async fn reading<T>(&self, f: impl Fn() -> StoreResult<T>) -> StoreResult<T> {
+        blocking(|| {
+            let first = f();
+            if out_of_descriptors(&first) && self.close_cached_files() {
+                return f();
+            }
+            first
+        })
+        .await
+    }
+
+    /// [`blocking`] for an operation that writes: out of descriptors, the cache of open files
+    /// gives its own back for the next operation (this one is not repeated: it may have got
+    /// half way).
+    async fn writing<T>(&self, f: impl FnOnce() -> StoreResult<T>) -> StoreResult<T> {
+        let result = blocking(f).await;
+        if out_of_descriptors(&result) {
+            self.close_cached_files();
+        }
+        result
+    }
+
+    /// Empty the cache of open files; whether it held any.
+    fn close_cached_files(&self) -> bool {
+        let mut cached = self.open_files.lock().unwrap_or_else(|e| e.into_inner());
+        let held = !cached.is_empty();
+        cached.clear();
+        held
+    }
+}
+
 fn write_atomically(path: &Path, temp: &Path, key: &str, value: &[u8]) -> StoreResult<Version> {
     let io = |e| StoreError::io(key, e);
     if let Some(parent) = path.parent() {
@@ -174,7 +225,7 @@ impl Store for LocalStore {
 
     async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
         let path = self.path(key)?;
-        blocking(|| match &opts.if_version {
+        self.reading(|| match &opts.if_version {
             None => match open_file(&path, key)? {
                 Some(file) => read_open(&file, key, &opts),
                 None => Ok(None),
@@ -187,7 +238,7 @@ impl Store for LocalStore {
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
         let path = self.path(key)?;
         let key = key.to_string();
-        blocking(move || match fs::metadata(&path) {
+        self.reading(move || match fs::metadata(&path) {
             Ok(m) if m.is_dir() => Ok(None),
             Ok(m) => Ok(Some(meta_of(&m))),
             Err(e) if is_missing(&e) => Ok(None),
@@ -203,7 +254,7 @@ impl Store for LocalStore {
         let path = self.path(key)?;
         let temp = self.temp_path(&path);
         let key = key.to_string();
-        blocking(move || write_atomically(&path, &temp, &key, &value)).await
+        self.writing(move || write_atomically(&path, &temp, &key, &value)).await
     }
 
     /// Writes in place (not atomic): for stores of values that are not shared with readers.
@@ -213,7 +264,7 @@ impl Store for LocalStore {
         }
         for (key, offset, bytes) in values {
             let path = self.path(key)?;
-            blocking(|| {
+            self.writing(|| {
                 let file = fs::OpenOptions::new()
                     .write(true)
                     .open(&path)
@@ -231,7 +282,7 @@ impl Store for LocalStore {
         }
         let path = self.path(key)?;
         let key = key.to_string();
-        blocking(move || match fs::remove_file(&path) {
+        self.writing(move || match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if is_missing(&e) => Ok(()),
             Err(e) => Err(StoreError::io(&key, e)),
@@ -243,7 +294,7 @@ impl Store for LocalStore {
         if !self.writable {
             return Err(StoreError::ReadOnly);
         }
-        blocking(|| self.set_if_blocking(key, &value, &condition)).await
+        self.writing(|| self.set_if_blocking(key, &value, &condition)).await
     }
 
     async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
@@ -252,8 +303,8 @@ impl Store for LocalStore {
         }
         match condition {
             Precondition::Any => self.erase(key).await,
-            Precondition::Absent => blocking(|| self.erase_absent_blocking(key)).await,
-            Precondition::Version(expected) => blocking(|| self.erase_version_blocking(key, &expected)).await,
+            Precondition::Absent => self.writing(|| self.erase_absent_blocking(key)).await,
+            Precondition::Version(expected) => self.writing(|| self.erase_version_blocking(key, &expected)).await,
         }
     }
 
@@ -265,7 +316,7 @@ impl Store for LocalStore {
         };
         let dir = self.dir_path(dir_part)?;
         let (dir_part, prefix) = (dir_part.to_string(), prefix.to_string());
-        blocking(move || {
+        self.reading(move || {
             let mut keys = Vec::new();
             walk(&dir, &dir_part, &mut keys)?;
             keys.retain(|k| k.starts_with(&prefix));
@@ -278,7 +329,7 @@ impl Store for LocalStore {
     async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
         let dir = self.dir_path(prefix)?;
         let prefix = prefix.to_string();
-        blocking(move || list_dir_blocking(&dir, &prefix)).await
+        self.reading(move || list_dir_blocking(&dir, &prefix)).await
     }
 
     async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {
@@ -286,7 +337,7 @@ impl Store for LocalStore {
             return Err(StoreError::ReadOnly);
         }
         let (from_path, to_path) = (self.path(from)?, self.path(to)?);
-        blocking(|| {
+        self.writing(|| {
             if let Some(parent) = to_path.parent() {
                 fs::create_dir_all(parent).map_err(|e| StoreError::io(to, e))?;
             }
@@ -300,7 +351,8 @@ impl Store for LocalStore {
             return Err(StoreError::ReadOnly);
         }
         let dir = self.dir_path(prefix)?;
-        blocking(|| fs::create_dir_all(&dir).map_err(|e| StoreError::io(prefix, e))).await
+        self.writing(|| fs::create_dir_all(&dir).map_err(|e| StoreError::io(prefix, e)))
+            .await
     }
 
     async fn remove_dir(&self, prefix: &str) -> StoreResult<()> {
@@ -308,7 +360,7 @@ impl Store for LocalStore {
             return Err(StoreError::ReadOnly);
         }
         let dir = self.dir_path(prefix)?;
-        blocking(|| match fs::remove_dir(&dir) {
+        self.writing(|| match fs::remove_dir(&dir) {
             Ok(()) => Ok(()),
             Err(e) if is_missing(&e) => Ok(()),
             Err(e) => Err(StoreError::io(prefix, e)),
@@ -319,7 +371,7 @@ impl Store for LocalStore {
     async fn dir_exists(&self, prefix: &str) -> StoreResult<bool> {
         let dir = self.dir_path(prefix)?;
         let prefix = prefix.to_string();
-        blocking(move || match fs::metadata(&dir) {
+        self.reading(move || match fs::metadata(&dir) {
             Ok(m) => Ok(m.is_dir()),
             Err(e) if is_missing(&e) => Ok(false),
             Err(e) => Err(StoreError::io(&prefix, e)),
