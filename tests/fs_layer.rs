@@ -77,7 +77,7 @@ async fn read_path(fs: &Fs, path: &str) -> Vec<u8> {
 /// The listing of a directory (without `.` and `..`).
 async fn list(fs: &Fs, ino: u64) -> Result<Vec<DirItem>, FsError> {
     let fh = fs.opendir(ino).await?;
-    let items = fs.readdir(ino, fh, 0)?;
+    let items = fs.readdir(ino, fh, 0).await?;
     fs.releasedir(fh);
     assert_eq!(items[0].name, ".");
     assert_eq!(items[1].name, "..");
@@ -424,23 +424,24 @@ async fn readdir_resumes_from_any_offset() {
     for path in ["", "data", "data/sharded/c/0", "data/dotted", "data/v2"] {
         let dir = resolve(&fs, path).await.unwrap();
         let fh = fs.opendir(dir.ino).await.unwrap();
-        let all = fs.readdir(dir.ino, fh, 0).unwrap();
+        let all = fs.readdir(dir.ino, fh, 0).await.unwrap();
         assert!(all.len() >= 3, "{path}");
         let offsets: Vec<u64> = all.iter().map(|i| i.offset).collect();
         assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{path}: offsets increase");
         assert!(offsets[0] > 0, "offset 0 means 'from the start'");
         for k in 0..=all.len() {
             let from = if k == 0 { 0 } else { all[k - 1].offset };
-            let rest = fs.readdir(dir.ino, fh, from).unwrap();
+            let rest = fs.readdir(dir.ino, fh, from).await.unwrap();
             let got: Vec<(&str, u64)> = rest.iter().map(|i| (i.name.as_str(), i.offset)).collect();
             let want: Vec<(&str, u64)> = all[k..].iter().map(|i| (i.name.as_str(), i.offset)).collect();
             assert_eq!(got, want, "{path} from offset {from}");
         }
-        assert!(fs.readdir(dir.ino, fh, 1 << 40).unwrap().is_empty());
+        assert!(fs.readdir(dir.ino, fh, 1 << 40).await.unwrap().is_empty());
         // The listing is taken at opendir: a second handle sees the same entries.
         let fh2 = fs.opendir(dir.ino).await.unwrap();
         let again: Vec<String> = fs
             .readdir(dir.ino, fh2, 0)
+            .await
             .unwrap()
             .into_iter()
             .map(|i| i.name)
@@ -448,7 +449,7 @@ async fn readdir_resumes_from_any_offset() {
         assert_eq!(again, all.iter().map(|i| i.name.clone()).collect::<Vec<_>>());
         fs.releasedir(fh);
         fs.releasedir(fh2);
-        assert_eq!(fs.readdir(dir.ino, fh, 0).unwrap_err().errno(), libc::EBADF);
+        assert_eq!(fs.readdir(dir.ino, fh, 0).await.unwrap_err().errno(), libc::EBADF);
     }
 }
 

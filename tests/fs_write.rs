@@ -1197,3 +1197,41 @@ async fn a_release_racing_a_rename_never_brings_the_old_name_back() {
         );
     }
 }
+
+/// An open directory lists what is there when it is read, not when it was opened, once the
+/// mount changed something: a readdirplus entry hands the kernel a name with its size, which
+/// it then trusts. Paging goes on after the last name returned: none twice, none skipped.
+#[tokio::test]
+async fn an_open_directory_lists_changes_made_since_it_was_opened() {
+    let spec = small_spec(IndexLocation::End, LE_CRC, false);
+    let s = Setup::new(&spec, "", spec.full_chunks(13, 3, 6));
+    let fs = s.fs.clone();
+    let (row, _) = parent_of(&fs, "c/0/x").await;
+    let names = |items: &[zarrfs::fs::DirItem]| items.iter().map(|i| i.name.clone()).collect::<Vec<_>>();
+    let fh = fs.opendir(row).await.unwrap();
+    let before = fs.readdir(row, fh, 0).await.unwrap();
+    assert_eq!(names(&before), [".", "..", "0", "1", "2"]);
+    // Removed after opendir: not handed out.
+    fs.unlink(row, "1").await.unwrap();
+    let all = fs.readdir(row, fh, 0).await.unwrap();
+    assert_eq!(names(&all), [".", "..", "0", "2"]);
+    // Paging: "0" returned; then "0" goes and "1" is made (being written): "1" comes after
+    // the last name returned, so it is listed, and "2" is not skipped.
+    let after_0 = all[2].offset;
+    fs.unlink(row, "0").await.unwrap();
+    let (_, wfh) = fs.create(row, "1", false).await.unwrap();
+    fs.write(wfh, 0, b"new").await.unwrap();
+    let rest = fs.readdir(row, fh, after_0).await.unwrap();
+    assert_eq!(names(&rest), ["1", "2"], "after the last name returned");
+    // A file's size is the one it has now (it was 0 when created).
+    let fh2 = fs.opendir(row).await.unwrap();
+    fs.write(wfh, 3, b" content").await.unwrap();
+    let listed = fs.readdir(row, fh2, 0).await.unwrap();
+    let one = listed
+        .iter()
+        .find(|i| i.name == "1")
+        .and_then(|i| i.node.clone())
+        .unwrap();
+    assert_eq!(fs.attr(0, &one).size, 11);
+    fs.release(wfh).await;
+}

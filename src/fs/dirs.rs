@@ -10,6 +10,7 @@ use crate::view::{DirMade, Node};
 impl Fs {
     /// Make a directory.
     pub async fn mkdir(&self, parent: u64, name: &str) -> FsResult<Attr> {
+        let _changing = self.changing();
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
@@ -27,6 +28,7 @@ impl Fs {
 
     /// Remove an empty directory.
     pub async fn rmdir(&self, parent: u64, name: &str) -> FsResult<()> {
+        let _changing = self.changing();
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);

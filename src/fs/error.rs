@@ -31,6 +31,9 @@ pub enum FsError {
     InvalidName,
     #[error("stale file handle")]
     BadHandle,
+    /// The file this name led to when the kernel looked it up was replaced since.
+    #[error("the file was replaced")]
+    Replaced,
     #[error("no such attribute")]
     NoAttribute,
     #[error("file exists")]
@@ -120,6 +123,7 @@ impl FsError {
             FsError::ReadOnly => libc::EROFS,
             FsError::InvalidName => libc::EINVAL,
             FsError::BadHandle => libc::EBADF,
+            FsError::Replaced => libc::ESTALE,
             FsError::NoAttribute => libc::ENODATA,
             FsError::Exists => libc::EEXIST,
             FsError::NotEmpty => libc::ENOTEMPTY,

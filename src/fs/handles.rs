@@ -193,10 +193,33 @@ impl WriteState {
     }
 }
 
+/// A directory's entries, sorted by name.
+pub type Entries = Arc<Vec<(String, Node)>>;
+
+/// An open directory: its path and the listing it pages through, with the mount's change
+/// generation the listing was taken at (see `Fs::dir_items`).
 #[derive(Debug)]
 pub struct DirHandle {
     pub path: Arc<str>,
-    pub entries: Vec<(String, Node)>,
+    listing: std::sync::Mutex<(u64, Entries)>,
+}
+
+impl DirHandle {
+    pub fn new(path: Arc<str>, generation: u64, entries: Vec<(String, Node)>) -> Self {
+        DirHandle {
+            path,
+            listing: std::sync::Mutex::new((generation, Arc::new(entries))),
+        }
+    }
+
+    pub fn listing(&self) -> (u64, Entries) {
+        let l = self.listing.lock().unwrap_or_else(|e| e.into_inner());
+        (l.0, l.1.clone())
+    }
+
+    pub fn replace(&self, generation: u64, entries: Entries) {
+        *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = (generation, entries);
+    }
 }
 
 /// Handles by number. Numbers start at 1 and are never reused.

@@ -60,6 +60,19 @@ pub struct Fs {
     unopened: unopened::Snapshots,
     writeback: Option<writeback::WriteBack>,
     budget: Arc<buffer::Budget>,
+    /// Bumped at the end of every operation that may change a name, size or content: open
+    /// directory handles take their listing again when it moved (see `readdir.rs`).
+    changes: std::sync::atomic::AtomicU64,
+}
+
+/// Bumps the change generation when dropped: at the end of the operation holding it, after
+/// its change took effect, whatever the outcome.
+pub(crate) struct Changing<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 fn child_path(parent: &str, name: &str) -> String {
@@ -99,7 +112,17 @@ impl Fs {
             unopened: unopened::Snapshots::default(),
             writeback,
             budget,
+            changes: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Held for the length of an operation that changes the tree (see [`Changing`]).
+    pub(crate) fn changing(&self) -> Changing<'_> {
+        Changing(&self.changes)
+    }
+
+    fn generation(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Publish these counters (the store's requests, and what a remote source's client sent
@@ -235,14 +258,17 @@ impl Fs {
     async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<(u64, Option<ContentId>)> {
         let at = self.view.locate(&self.path_of(ino)?).await?;
         if write {
-            return Ok((self.open_write(&at, truncate, true).await?, None));
+            if self.inodes.is_replaced(ino) {
+                return Ok((self.open_replaced(ino, truncate)?, None));
+            }
+            return Ok((self.open_write(Some(ino), &at, truncate, true).await?, None));
         }
         // A file being written is read as written so far; metadata being written is read as
         // stored (a refused document never reaches readers) unless none is stored yet.
         if let Some((_, sink)) = self.inodes.file_at(at.path()) {
             let metadata = matches!(sink, Sink::Commit(t) if t.is_metadata());
             if !metadata || self.view.node(&at).await?.is_none() {
-                return Ok((self.open_write(&at, false, false).await?, None));
+                return Ok((self.open_write(Some(ino), &at, false, false).await?, None));
             }
         }
         match self.view.current(&at).await? {

@@ -1,6 +1,13 @@
 //! Directory handles: `opendir` takes a snapshot of the view's listing together with what only
 //! the overlay knows (files being written or staged, directories made by `mkdir` that hold
 //! nothing stored yet), and `readdir` pages through it by offset.
+//!
+//! A snapshot is taken again when the mount changed anything since (a write, a rename, a
+//! delete): a readdirplus reply hands the kernel entries with their attributes, and an entry
+//! from before the change would give it a name that is gone, or a size the file no longer has,
+//! which the kernel then trusts for the entry's TTL (the model test of concurrent writers and
+//! listings found both: writes failing with ENOENT, files read as empty). Paging goes on after
+//! the last name returned, so no name is returned twice or skipped.
 
 use super::*;
 
@@ -8,13 +15,40 @@ impl Fs {
     /// Open a directory: its listing is taken now and read from the handle.
     pub async fn opendir(&self, ino: u64) -> FsResult<u64> {
         let path = self.path_of(ino)?;
+        let generation = self.generation();
         let mut entries = self.view.list(&path).await?;
         // Only a directory has entries; an empty listing may also be a file, or nothing now.
         if entries.is_empty() && !self.node(&self.view.locate(&path).await?).await?.is_dir() {
             return Err(FsError::NotADirectory);
         }
         self.add_unstored(&path, &mut entries).await;
-        Ok(self.dirs.insert(DirHandle { path, entries }))
+        Ok(self.dirs.insert(DirHandle::new(path, generation, entries)))
+    }
+
+    /// The listing of an open directory as of now: the handle's snapshot, or a new one when
+    /// the mount changed something since; with `offset` moved to go on after the last name
+    /// returned from the old one. A directory that cannot be listed again keeps its snapshot.
+    async fn current_listing(&self, handle: &DirHandle, offset: u64) -> (Arc<Vec<(String, Node)>>, usize) {
+        let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+        let (taken, entries) = handle.listing();
+        let generation = self.generation();
+        if taken == generation {
+            return (entries, offset);
+        }
+        let mut fresh = match self.view.list(&handle.path).await {
+            Ok(fresh) => fresh,
+            Err(_) => return (entries, offset),
+        };
+        self.add_unstored(&handle.path, &mut fresh).await;
+        let fresh = Arc::new(fresh);
+        // Offsets 0..=2 are the start, after `.`, after `..`; entry i was returned with i + 3.
+        let next = match offset.checked_sub(3).map(|i| entries.get(i)) {
+            None => offset,
+            Some(None) => 2 + fresh.len(),
+            Some(Some((last, _))) => 2 + fresh.partition_point(|(name, _)| name <= last),
+        };
+        handle.replace(generation, fresh.clone());
+        (fresh, next)
     }
 
     /// Add to a listing what the store does not show yet: files the mount holds (being
@@ -65,21 +99,23 @@ impl Fs {
     }
 
     /// Entries from `offset` on: `.` and `..` first, then the listing.
-    pub fn readdir(&self, ino: u64, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
-        Ok(self.dir_items(ino, fh, offset)?.collect())
+    pub async fn readdir(&self, ino: u64, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
+        Ok(self.dir_items(ino, fh, offset).await?.collect())
     }
 
     /// Entries from `offset` on, made one by one as they are taken: a reply takes as many as
     /// fit in the kernel's buffer, so a directory read in many calls costs each entry once,
     /// not once per call.
-    pub fn dir_items(&self, ino: u64, fh: u64, offset: u64) -> FsResult<DirItems> {
+    pub async fn dir_items(&self, ino: u64, fh: u64, offset: u64) -> FsResult<DirItems> {
         self.ops.count(&self.ops.readdirs);
         let handle = self.dirs.get(fh).ok_or(FsError::BadHandle)?;
         let parent_ino = self.inodes.peek(parent_path(&handle.path)).unwrap_or(ROOT_INO);
+        let (entries, next) = self.current_listing(&handle, offset).await;
         Ok(DirItems {
-            handle,
+            path: handle.path.clone(),
+            entries,
             dots: [ino, parent_ino],
-            next: usize::try_from(offset).unwrap_or(usize::MAX),
+            next,
         })
     }
 
@@ -109,7 +145,8 @@ impl Fs {
 /// The entries of an open directory from some offset on (see [`Fs::dir_items`]).
 #[derive(Debug)]
 pub struct DirItems {
-    handle: std::sync::Arc<DirHandle>,
+    path: Arc<str>,
+    entries: Arc<Vec<(String, Node)>>,
     /// The inodes of `.` and `..`.
     dots: [u64; 2],
     /// Position of the next entry: 0 and 1 are `.` and `..`, then the listing.
@@ -121,7 +158,7 @@ impl Iterator for DirItems {
 
     fn next(&mut self) -> Option<DirItem> {
         let i = self.next;
-        let path = &self.handle.path;
+        let path = &self.path;
         let item = match i {
             0 | 1 => DirItem {
                 name: [".", ".."][i].to_string(),
@@ -136,7 +173,7 @@ impl Iterator for DirItems {
                 ino: Some(self.dots[i]),
             },
             _ => {
-                let (name, node) = self.handle.entries.get(i - 2)?;
+                let (name, node) = self.entries.get(i - 2)?;
                 DirItem {
                     name: name.clone(),
                     path: child_path(path, name),

@@ -11,11 +11,15 @@
 //! (a release racing with the rename must commit to the new name, never bring the old back).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::handles::{Sink, WriteFile};
 use super::inodes::Written;
 use super::{child_path, validate_name, Fs, FsError, FsResult};
 use crate::view::Located;
+
+/// How long a rename waits for a write or commit of the file it replaces to finish.
+pub(super) const REPLACED_WAIT: Duration = Duration::from_secs(5);
 
 impl Fs {
     /// Move a file. What moves is decided by where it comes from and where it goes:
@@ -34,6 +38,7 @@ impl Fs {
         new_name: &str,
         no_replace: bool,
     ) -> FsResult<()> {
+        let _changing = self.changing();
         self.check_writable()?;
         validate_name(name)?;
         validate_name(new_name)?;
@@ -52,7 +57,15 @@ impl Fs {
             return Err(FsError::NotFound);
         }
         // The file held at `to`, if any, is replaced: like an unlink, its open handles keep a
-        // file that no longer has a place.
+        // file that no longer has a place. Its writes and commits wait until the rename is
+        // done (then find it gone), so none lands while the name still shows what the store
+        // had: the replacement is atomic to them. The wait is bounded, so two renames
+        // crossing each other cannot deadlock.
+        let replaced = self.inodes.file_at(&to).map(|(file, _)| file);
+        let _held_back = match &replaced {
+            Some(file) => tokio::time::timeout(REPLACED_WAIT, file.state.lock()).await.ok(),
+            None => None,
+        };
         if let Some(replaced) = self.inodes.take_file(&to) {
             if replaced.pending.is_some() {
                 self.undefer(&replaced.sink);

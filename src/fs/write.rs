@@ -28,6 +28,7 @@ impl Fs {
 
     /// Create and open a new file.
     pub async fn create(&self, parent: u64, name: &str, truncate_existing: bool) -> FsResult<(Attr, u64)> {
+        let _changing = self.changing();
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
@@ -52,28 +53,61 @@ impl Fs {
     }
 
     /// Open an existing file for writing (`truncate`: O_TRUNC).
-    pub(super) async fn open_write(&self, at: &Located, truncate: bool, can_write: bool) -> FsResult<u64> {
+    /// `ino`: the kernel's inode, when the open names one (not a truncate by path): if a rename
+    /// replaced it meanwhile, the handle is that replaced file's (see `open_replaced`).
+    pub(super) async fn open_write(
+        &self,
+        ino: Option<u64>,
+        at: &Located,
+        truncate: bool,
+        can_write: bool,
+    ) -> FsResult<u64> {
         if can_write {
             self.check_writable()?;
         }
         let (file, sink) = match self.inodes.file_at(at.path()) {
             Some(found) => found,
             None => {
+                // A name removed since the kernel looked it up is ENOENT, even for an O_CREAT
+                // open (the kernel does not pass O_CREAT on). Making the file again here was
+                // tried: readers of that name then saw it empty after the write had landed
+                // (the model test of concurrent writes and deletes found it).
                 let node = self.node(at).await?;
                 if node.is_dir() {
                     return Err(FsError::IsADirectory);
                 }
-                (
-                    Arc::new(WriteFile::existing(node, self.budget.clone())),
-                    self.sink_for(at).await?,
-                )
+                let file = WriteFile::existing(node, self.budget.clone());
+                (Arc::new(file), self.sink_for(at).await?)
             }
         };
+        let ino = match ino {
+            Some(ino) => match self.inodes.open_file_of(ino, at.path(), file.clone(), sink) {
+                Some(ino) => ino,
+                None => return self.open_replaced(ino, truncate),
+            },
+            None => self.inodes.open_file(at.path(), file.clone(), sink),
+        };
         if truncate {
-            file.state.lock().await.truncate()?;
+            if let Err(e) = file.state.lock().await.truncate() {
+                self.inodes.close_file(ino, &file);
+                return Err(e.into());
+            }
         }
-        let ino = self.inodes.open_file(at.path(), file.clone(), sink);
         Ok(self.files.insert(FileHandle::writer(ino, file, can_write)))
+    }
+
+    /// Open for writing an inode a rename replaced, reached through a name the kernel looked up
+    /// before: as on any filesystem, that is the file that was replaced, which no name leads to
+    /// any more. Truncated, it is written to and closed with no effect (the open is ordered
+    /// before the rename); its old content is gone, so anything else is ESTALE. Never the
+    /// file now at its path: that one's kernel inode would not see the change.
+    pub(super) fn open_replaced(&self, ino: u64, truncate: bool) -> FsResult<u64> {
+        if !truncate {
+            return Err(FsError::Replaced);
+        }
+        self.check_writable()?;
+        let file = Arc::new(WriteFile::new_empty(self.budget.clone()));
+        Ok(self.files.insert(FileHandle::writer(ino, file, true)))
     }
 
     /// Load the current content of a file opened for writing, the first time it is needed.
@@ -99,6 +133,7 @@ impl Fs {
     }
 
     pub async fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let _changing = self.changing();
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         let writer = handle.committer().ok_or(FsError::BadHandle)?;
         let mut state = self.load(&writer.file).await?;
@@ -118,6 +153,7 @@ impl Fs {
     }
 
     pub async fn flush(&self, fh: u64) -> FsResult<()> {
+        let _changing = self.changing();
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         let Some(writer) = handle.committer() else {
             return Ok(());
@@ -157,6 +193,7 @@ impl Fs {
 
     /// Release a handle: commit what is left (errors can only be logged here), drop it.
     pub async fn release(&self, fh: u64) {
+        let _changing = self.changing();
         if let Err(e) = self.flush(fh).await {
             self.fail("release", 0, &e);
         }
@@ -169,6 +206,7 @@ impl Fs {
 
     /// Change a file's size (truncate), through a handle or by path.
     pub async fn truncate(&self, ino: u64, size: u64, fh: Option<u64>) -> FsResult<Attr> {
+        let _changing = self.changing();
         self.check_writable()?;
         let path = self.path_of(ino)?;
         let size = usize::try_from(size)
@@ -185,7 +223,7 @@ impl Fs {
             return self.getattr(ino).await;
         }
         let at = self.view.locate(&path).await?;
-        let fh = self.open_write(&at, false, true).await?;
+        let fh = self.open_write(None, &at, false, true).await?;
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         self.resize(&handle, size).await?;
         let result = self.flush(fh).await;
@@ -201,10 +239,20 @@ impl Fs {
 
     /// Remove a file: what the mount holds for it goes, and what is stored.
     pub async fn unlink(&self, parent: u64, name: &str) -> FsResult<()> {
+        let _changing = self.changing();
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
         let at = self.view.locate(&path).await?;
+        // Writes and commits of the file held here wait until the stored version is gone too
+        // (see `rename`): until then the name still shows it.
+        let held_file = self.inodes.file_at(&path).map(|(file, _)| file);
+        let _held_back = match &held_file {
+            Some(file) => tokio::time::timeout(super::rename::REPLACED_WAIT, file.state.lock())
+                .await
+                .ok(),
+            None => None,
+        };
         if let Some(held) = self.inodes.take_file(&path) {
             // Staged, being written or pending: its bytes go nowhere now (open handles keep
             // writing into a file that no longer has a place); a stored version is removed too.

@@ -137,6 +137,7 @@ impl Fs {
     /// At unmount or exit: commit every file still holding changes (pending write-back, or open
     /// handles whose release the kernel never sent), then report the first failure.
     pub async fn commit_all(&self) -> FsResult<()> {
+        let _changing = self.changing();
         let result = self.write_back(true).await;
         let mut first_error = result.err();
         for (path, file, sink, _) in self.inodes.files() {
@@ -164,6 +165,7 @@ impl Fs {
     /// Commit pending chunk files (all of them with `all`), handed to the view together so
     /// each shard is rewritten once.
     pub async fn write_back(&self, all: bool) -> FsResult<()> {
+        let _changing = self.changing();
         let Some(wb) = &self.writeback else { return Ok(()) };
         let _pass = wb.pass.lock().await;
         let due = self.due(all).await;

@@ -144,25 +144,21 @@ impl Filesystem for ZarrFuse {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
-        let _span = op("readdir", ino).fh(fh).span().entered();
-        match self.fs.dir_items(ino.0, fh.0, offset) {
-            Ok(items) => reply::directory(&self.fs, reply, items),
-            Err(e) => {
-                self.fs.fail("readdir", ino.0, &e);
-                reply.fail(&e);
-            }
-        }
+        let fs = self.fs.clone();
+        let request = async move { fs.dir_items(ino.0, fh.0, offset).await };
+        let fs = self.fs.clone();
+        self.answer(op("readdir", ino).fh(fh), reply, request, move |r, items| {
+            reply::directory(&fs, r, items)
+        });
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
-        let _span = op("readdirplus", ino).fh(fh).span().entered();
-        match self.fs.dir_items(ino.0, fh.0, offset) {
-            Ok(items) => reply::directory_plus(&self.fs, reply, &self.ttl(), items),
-            Err(e) => {
-                self.fs.fail("readdirplus", ino.0, &e);
-                reply.fail(&e);
-            }
-        }
+        let (fs, ttl) = (self.fs.clone(), self.ttl());
+        let request = async move { fs.dir_items(ino.0, fh.0, offset).await };
+        let fs = self.fs.clone();
+        self.answer(op("readdirplus", ino).fh(fh), reply, request, move |r, items| {
+            reply::directory_plus(&fs, r, &ttl, items)
+        });
     }
 
     fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {

@@ -79,6 +79,8 @@ pub struct IndexCache {
 struct State {
     lru: LruCache<IndexKey, Arc<CachedIndex>>,
     used: usize,
+    /// Bumped by every invalidation: an index loaded while one happened may predate it.
+    generation: u64,
 }
 
 impl IndexCache {
@@ -90,6 +92,7 @@ impl IndexCache {
             state: Mutex::new(State {
                 lru: LruCache::unbounded(),
                 used: 0,
+                generation: 0,
             }),
         }
     }
@@ -98,18 +101,38 @@ impl IndexCache {
         lock(&self.state).lru.get(key).cloned()
     }
 
+    /// Taken before loading an index, for [`insert_since`](Self::insert_since).
+    pub fn generation(&self) -> u64 {
+        lock(&self.state).generation
+    }
+
+    /// Insert an index loaded from the store, unless a shard was invalidated since
+    /// `generation` was taken: the load may then have read the version a commit just replaced,
+    /// and caching it would serve that old version to readers of the commit (a reader's own
+    /// write among them) until the entry is checked again.
+    pub fn insert_since(&self, key: IndexKey, value: Arc<CachedIndex>, generation: u64) {
+        let mut state = lock(&self.state);
+        if state.generation == generation {
+            Self::insert_locked(&mut state, self.capacity, key, value);
+        }
+    }
+
     /// Insert, evicting least recently used entries beyond the byte bound. An index larger than
     /// the whole cache is not kept (the caller still uses the one it decoded).
     pub fn insert(&self, key: IndexKey, value: Arc<CachedIndex>) {
-        let weight = value.weight(&key);
         let mut state = lock(&self.state);
+        Self::insert_locked(&mut state, self.capacity, key, value);
+    }
+
+    fn insert_locked(state: &mut State, capacity: usize, key: IndexKey, value: Arc<CachedIndex>) {
+        let weight = value.weight(&key);
         if let Some(old) = state.lru.pop(&key) {
             state.used = state.used.saturating_sub(old.weight(&key));
         }
-        if weight > self.capacity {
+        if weight > capacity {
             return;
         }
-        while state.used + weight > self.capacity {
+        while state.used + weight > capacity {
             match state.lru.pop_lru() {
                 Some((k, v)) => state.used = state.used.saturating_sub(v.weight(&k)),
                 None => break,
@@ -122,6 +145,7 @@ impl IndexCache {
     /// Drop every entry of one stored shard (its own index and nested ones).
     pub fn invalidate_shard(&self, shard: &str) {
         let mut state = lock(&self.state);
+        state.generation += 1;
         let stale: Vec<IndexKey> = state
             .lru
             .iter()
@@ -173,6 +197,18 @@ mod tests {
         assert!(cache.used_bytes() <= 3 * (16 * 100 + 200));
         cache.insert(key("huge"), entry(1_000_000));
         assert!(cache.get(&key("huge")).is_none());
+    }
+
+    #[test]
+    fn a_load_that_raced_an_invalidation_is_not_kept() {
+        let cache = IndexCache::new(1 << 20);
+        let since = cache.generation();
+        cache.invalidate_shard("c/0"); // a commit of any shard while the load ran
+        cache.insert_since(key("c/0"), entry(1), since);
+        assert!(cache.get(&key("c/0")).is_none());
+        let since = cache.generation();
+        cache.insert_since(key("c/0"), entry(2), since);
+        assert!(cache.get(&key("c/0")).is_some());
     }
 
     #[test]

@@ -59,11 +59,12 @@ impl ShardedArray {
         let Some(level) = self.layout.levels.first() else {
             return Err(bad_layout(&self.prefix));
         };
+        let since = self.cache.generation();
         let Some(loaded) = self.load_top_index(shard_key, level).await? else {
             return Ok(None);
         };
         let loaded = Arc::new(loaded);
-        self.cache.insert(key, loaded.clone());
+        self.cache.insert_since(key, loaded.clone(), since);
         Ok(Some(loaded))
     }
 

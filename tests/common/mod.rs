@@ -902,7 +902,7 @@ pub async fn fs_read_path(fs: &zarrfs::fs::Fs, path: &str) -> Result<Vec<u8>, za
 /// The listing of a directory (without `.` and `..`).
 pub async fn fs_list(fs: &zarrfs::fs::Fs, ino: u64) -> Result<Vec<zarrfs::fs::DirItem>, zarrfs::fs::FsError> {
     let fh = fs.opendir(ino).await?;
-    let items = fs.readdir(ino, fh, 0);
+    let items = fs.readdir(ino, fh, 0).await;
     fs.releasedir(fh);
     Ok(items?.into_iter().skip(2).collect())
 }

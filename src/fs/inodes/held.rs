@@ -9,6 +9,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{InodeTable, Tables};
+
+impl Tables {
+    /// One more handle of the file held at `path` (this `file` going to `sink` if none is).
+    fn hold(&mut self, path: &str, file: Arc<WriteFile>, sink: Sink) -> u64 {
+        let ino = self.at(path);
+        if self.written(path).is_none() {
+            self.set_local(ino, Some(Local::File(Box::new(Written::new(file, sink)))));
+        }
+        if let Some(w) = self.written(path) {
+            w.handles += 1;
+        }
+        ino
+    }
+}
 use crate::fs::handles::{Sink, WriteFile};
 
 /// A held file's content and where it goes.
@@ -78,15 +92,17 @@ impl InodeTable {
     /// One more handle of `path` on its file (this `file` going to `sink` if it has none yet);
     /// returns the inode.
     pub fn open_file(&self, path: &str, file: Arc<WriteFile>, sink: Sink) -> u64 {
+        self.lock().hold(path, file, sink)
+    }
+
+    /// [`open_file`](Self::open_file) for the kernel's inode `ino`: `None`, and nothing held,
+    /// if `path` is another inode's now (a rename replaced `ino` while the open was under way).
+    pub fn open_file_of(&self, ino: u64, path: &str, file: Arc<WriteFile>, sink: Sink) -> Option<u64> {
         let mut t = self.lock();
-        let ino = t.at(path);
-        if t.written(path).is_none() {
-            t.set_local(ino, Some(Local::File(Box::new(Written::new(file, sink)))));
+        if t.by_path.get(path).is_some_and(|owner| *owner != ino) {
+            return None;
         }
-        if let Some(w) = t.written(path) {
-            w.handles += 1;
-        }
-        ino
+        Some(t.hold(path, file, sink))
     }
 
     /// A handle of `file` at inode `ino` is gone; a committed file goes with its last handle.
