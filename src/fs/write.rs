@@ -68,15 +68,21 @@ impl Fs {
         let (file, sink) = match self.inodes.file_at(at.path()) {
             Some(found) => found,
             None => {
-                // A name removed since the kernel looked it up is ENOENT, even for an O_CREAT
-                // open (the kernel does not pass O_CREAT on). Making the file again here was
-                // tried: readers of that name then saw it empty after the write had landed
-                // (the model test of concurrent writes and deletes found it).
-                let node = self.node(at).await?;
-                if node.is_dir() {
-                    return Err(FsError::IsADirectory);
-                }
-                let file = WriteFile::existing(node, self.budget.clone());
+                // A file removed elsewhere (another mount) since the kernel looked its name
+                // up: an open that truncates makes the empty file O_CREAT would have made
+                // (the kernel does not pass O_CREAT on). Removed through this mount, the open
+                // raced the removal: ENOENT, as making it again here showed readers of the
+                // name an empty file after the write had landed (the model test found it).
+                let file = match self.node(at).await {
+                    Ok(node) if node.is_dir() => return Err(FsError::IsADirectory),
+                    Ok(node) => WriteFile::existing(node, self.budget.clone()),
+                    Err(FsError::NotFound)
+                        if truncate && can_write && ino.is_some_and(|i| !self.inodes.was_unlinked(i)) =>
+                    {
+                        WriteFile::new_empty(self.budget.clone())
+                    }
+                    Err(e) => return Err(e),
+                };
                 (Arc::new(file), self.sink_for(at).await?)
             }
         };
@@ -243,6 +249,13 @@ impl Fs {
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
+        self.remove_file(&path).await?;
+        self.inodes.mark_unlinked(&path);
+        Ok(())
+    }
+
+    async fn remove_file(&self, path: &str) -> FsResult<()> {
+        let path = path.to_string();
         let at = self.view.locate(&path).await?;
         // Writes and commits of the file held here wait until the stored version is gone too
         // (see `rename`): until then the name still shows it.

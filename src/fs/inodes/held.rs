@@ -14,6 +14,9 @@ impl Tables {
     /// One more handle of the file held at `path` (this `file` going to `sink` if none is).
     fn hold(&mut self, path: &str, file: Arc<WriteFile>, sink: Sink) -> u64 {
         let ino = self.at(path);
+        if let Some(inode) = self.by_ino.get_mut(&ino) {
+            inode.unlinked = false;
+        }
         if self.written(path).is_none() {
             self.set_local(ino, Some(Local::File(Box::new(Written::new(file, sink)))));
         }

@@ -29,6 +29,8 @@ struct Inode {
     local: Option<Local>,
     /// What the last reader to open it found (the kernel's cached pages hold these bytes).
     content: Option<ContentId>,
+    /// Removed through this mount since the kernel last had it from a lookup or a create.
+    unlinked: bool,
 }
 
 #[derive(Debug)]
@@ -91,6 +93,7 @@ impl Tables {
             lookups: 0,
             local: None,
             content: None,
+            unlinked: false,
         };
         self.by_ino.insert(ino, inode);
         self.by_path.insert(path, ino);
@@ -143,6 +146,7 @@ impl InodeTable {
             lookups: 1,
             local: None,
             content: None,
+            unlinked: false,
         };
         by_ino.insert(ROOT_INO, inode);
         let mut by_path = HashMap::new();
@@ -167,8 +171,26 @@ impl InodeTable {
         let ino = t.at(path);
         if let Some(inode) = t.by_ino.get_mut(&ino) {
             inode.lookups += 1;
+            inode.unlinked = false;
         }
         ino
+    }
+
+    /// The file at `path` was removed through this mount (see [`was_unlinked`](Self::was_unlinked)).
+    pub fn mark_unlinked(&self, path: &str) {
+        let mut t = self.lock();
+        if let Some(ino) = t.by_path.get(path).copied() {
+            if let Some(inode) = t.by_ino.get_mut(&ino) {
+                inode.unlinked = true;
+            }
+        }
+    }
+
+    /// Whether `ino`'s file was removed through this mount since the kernel had it: an open
+    /// of it now raced that removal (the kernel drops a removed name), where a file missing
+    /// without that was removed elsewhere (another mount, another writer of the source).
+    pub fn was_unlinked(&self, ino: u64) -> bool {
+        self.lock().by_ino.get(&ino).is_some_and(|i| i.unlinked)
     }
 
     /// The inode of `path` if there is one, without counting a lookup.

@@ -1,0 +1,98 @@
+"""Fault injection under load: the model workload (workload.py: writes, renames onto keys,
+deletes, reads, listings from four threads) on two mounts of one S3 prefix, both through the
+fault-injecting proxy in front of moto, which fails a share of all requests at random (503s,
+connections dropped before an answer, object bodies broken off).
+
+Judged by the same model as test_model_concurrency.py: no read may return bytes that are not
+one committed version of its chunk no older than the consistency window, no acknowledged
+write may be lost (the bucket is read back and parsed after the run), no operation may hang
+(each returns within REQUEST_BOUND: object_store's retries give up within 30 s and the
+operation then fails with EIO), and no daemon may die. Operations that fail are counted and
+may only fail with EIO (a fault that outlasted the retries), ESTALE (a conflict that outlasted
+the commit's attempts, or a file removed while open) or ENOENT (a write racing a delete).
+The figures are printed and appended to .cache/remote-stats.jsonl.
+"""
+import errno
+import os
+import random
+import time
+
+import shardindex as si
+from history import Checker
+from remote import download_tree, record, remote, remote_view  # noqa: F401
+from test_model_concurrency import racing_delete
+from test_remote_retries import FaultProxy, fault_proxy  # noqa: F401
+from workload import bad_errnos, final_reads, make_chunk_dirs, run_workload, store_reads
+from writing import build, payload_spec, shard_problems
+
+SECONDS = float(os.environ.get("ZARRFS_FAULT_SECONDS", "15"))
+PERCENT = float(os.environ.get("ZARRFS_FAULT_PERCENT", "8"))
+SEED = int(os.environ.get("ZARRFS_MODEL_SEED", str(int(time.time()) % 100000)))
+TTL = 1.0
+REQUEST_BOUND = 60.0
+ARRAY = "faults/arr"
+
+
+class RandomFaults:
+    """A share of all requests fails, drawn from a seeded generator: answered 503 without
+    asking moto, dropped without an answer (also never forwarded), or, for object GETs, cut
+    off half way through the body."""
+
+    def __init__(self, percent: float, seed: int):
+        self.percent = percent
+        self.rng = random.Random(seed)
+        self.injected: dict[str, int] = {}
+
+    def plan(self, req) -> str | None:
+        if self.rng.random() * 100 >= self.percent:
+            return None
+        kinds = ["503", "drop"] + (["truncate"] if req.object_get else [])
+        fault = self.rng.choice(kinds)
+        self.injected[fault] = self.injected.get(fault, 0) + 1
+        return fault
+
+    def declined(self, req, fault: str) -> None:
+        self.injected[fault] -= 1
+
+
+def test_mixed_workload_on_two_mounts_through_faults(remote_view, remote, fault_proxy, tmp_path):
+    spec = payload_spec(ARRAY, shape=(16, 16), shard=(8, 8))
+    local = tmp_path / "src"
+    build(local, [spec])
+    prefix = remote.seed("s3", local, "fault-workload")
+    options = ("--endpoint-url", fault_proxy.url, "--metadata-ttl", str(TTL))
+    views = [remote_view("s3", *options, prefix=prefix) for _ in range(2)]
+    pids = [set(v.pids) for v in views]
+    keys = [si.chunk_key((i, j), spec.cke) for i in range(4) for j in range(4)]
+    roots = [v.path(ARRAY) for v in views]
+    make_chunk_dirs(roots, keys)
+
+    faults = RandomFaults(PERCENT, SEED)
+    fault_proxy.arm(faults)
+    run = run_workload(roots, keys, threads=4, seconds=SECONDS, seed=SEED, grace=REQUEST_BOUND)
+    fault_proxy.disarm()
+    assert run.hung == [], f"seed {SEED}: operations never returned: {run.hung}"
+    time.sleep(TTL + 0.5)
+    final_reads(run, roots, keys)
+    stored = download_tree("s3", prefix, tmp_path / "bucket")
+    assert store_reads(run, stored / ARRAY, keys) == []
+    assert shard_problems(stored / ARRAY) == []
+
+    counts = run.counts()
+    requests = len(fault_proxy.seen)
+    figures = dict(seed=SEED, seconds=round(run.seconds, 1), operations=len(run.ops),
+                   requests=requests, faults=dict(faults.injected),
+                   longest_operation_s=round(run.longest, 3), counts=counts)
+    print(f"fault workload: {figures}")
+    record("fault_workload", **figures)
+    assert sum(faults.injected.values()) >= requests * PERCENT / 100 / 3, "too few faults injected"
+    assert run.longest < REQUEST_BOUND, f"an operation took {run.longest:.1f} s"
+
+    failed = bad_errnos(run, allowed={errno.EIO, errno.ESTALE, errno.ENOENT})
+    assert failed == [], "\n".join(o.line() for o in failed[:10])
+    unexplained = [o for o in run.ops if o.errno == errno.ENOENT and o.kind != "delete"
+                   and not racing_delete(run.ops, o)]
+    assert unexplained == [], "\n".join(o.line() for o in unexplained[:10])
+    problems = Checker(run.ops, window=TTL + 0.5).check()
+    assert problems == [], f"seed {SEED}: " + "\n".join(str(p) for p in problems[:5])
+    assert [set(v.pids) for v in views] == pids and all(v.alive() for v in views), "a daemon died"
