@@ -76,8 +76,8 @@ class Problem:
         return f"{self.key}: {self.what}\n" + "\n".join("    " + o.line() for o in self.ops)
 
 
-def effects_of(key: str, ops: list[Op]) -> list[Effect]:
-    effects = [Effect(ABSENT, -math.inf, -math.inf, -1)]  # every file starts absent
+def effects_of(key: str, ops: list[Op], initial: object = ABSENT) -> list[Effect]:
+    effects = [Effect(initial, -math.inf, -math.inf, -1)]  # absent, or what an earlier run left
     for o in ops:
         if o.key != key or o.kind not in ("write", "rename", "delete"):
             continue
@@ -118,9 +118,10 @@ class Overwrites:
 
 
 class Checker:
-    def __init__(self, ops: list[Op], window: float):
+    def __init__(self, ops: list[Op], window: float, initial: dict | None = None):
         self.ops = ops
         self.window = window
+        self.initial = initial or {}  # key -> what it held before these operations
         self.known: list[Op] = []  # reads explained only by the documented limit (see below)
 
     def lag(self, writer_mount: int, reader_mount: int) -> float:
@@ -128,10 +129,12 @@ class Checker:
         return 0.0 if same else self.window
 
     def check_key(self, key: str, ops: list[Op]) -> list[Problem]:
-        effects = effects_of(key, ops)
+        effects = effects_of(key, ops, self.initial.get(key, ABSENT))
         by_token = {e.token: e for e in effects if e.token != ABSENT}
-        mounts = {o.mount for o in ops}
-        over = {m: Overwrites(effects, lambda wm, m=m: self.lag(wm, m)) for m in mounts}
+        mounts = {o.mount for o in ops} | {e.mount for e in effects}
+        # over[reader mount][mount of the overwriting effect]
+        over = {m: {m2: Overwrites([e for e in effects if e.mount == m2], lambda wm, m=m: self.lag(wm, m))
+                    for m2 in mounts} for m in mounts}
         problems = []
         reads = [o for o in ops if o.kind in ("read", "list") and o.errno is None]
         writes = [o for o in ops if o.kind == "write"]
@@ -158,12 +161,20 @@ class Checker:
             else:
                 problems.append(Problem(key, f"read {r.value!r}, which no operation wrote", [r]))
                 continue
-            # Among the candidates begun before the read ended, the one completing last is the
-            # least likely to have been overwritten: it explains the read if any does.
-            started = [e for e in candidates if e.inv < r.resp]
-            best = max(started, key=lambda e: e.resp, default=None)
-            later = over[r.mount].before(best.resp, r.inv) if best else None
-            if best is None or later is not None:
+            # Among a mount's candidates begun before the read ended, the one completing last
+            # is the least likely to have been overwritten: it explains the read if any does.
+            best: dict[int, Effect] = {}
+            for e in candidates:
+                if e.inv < r.resp and (e.mount not in best or e.resp > best[e.mount].resp):
+                    best[e.mount] = e
+            later = None
+            for e in best.values():
+                # Overwritten only by what began after it was visible on the overwriter's mount.
+                later = next((x for m2 in mounts
+                              if (x := over[r.mount][m2].before(e.resp + self.lag(e.mount, m2), r.inv))), None)
+                if later is None:
+                    break
+            if not best or later is not None:
                 why = [e.op for e in candidates[-3:] if e.op] + [r]
                 if later is not None and later.op is not None:
                     why.append(later.op)
@@ -174,25 +185,29 @@ class Checker:
 
     def reads_go_forward(self, key: str, reads: list[Op], by_token: dict) -> list[Problem]:
         """Condition 3: a read that follows (beyond the window) a read of v1 returns nothing
-        whose write completed before v1's began."""
+        whose write was definitely before v1's (completed before it began, beyond the window
+        when the two were written through different mounts)."""
         valued = [r for r in reads if r.value in by_token]
         problems = []
         for m2 in {r.mount for r in valued}:
-            # (time from which a read of m2 must see at least v1, v1's start), by that time
-            seen = sorted(((r1.resp + self.lag(by_token[r1.value].mount, m2), by_token[r1.value].inv, r1)
-                          for r1 in valued), key=lambda s: s[0])
-            times = [s[0] for s in seen]
-            prefix_max, best = [], -math.inf
-            for s in seen:
-                best = max(best, s[1])
-                prefix_max.append(best)
-            for r2 in (r for r in valued if r.mount == m2):
-                i = bisect.bisect_left(times, r2.inv)
-                e2 = by_token[r2.value]
-                if i and prefix_max[i - 1] > e2.resp:
-                    r1 = next(s[2] for s in seen[:i] if s[1] > e2.resp)
-                    problems.append(Problem(key, "a read went back to an older value",
-                                            [e2.op, by_token[r1.value].op, r1, r2]))
+            for m1 in {by_token[r.value].mount for r in valued}:
+                # (time from which a read of m2 must see at least v1, v1's start), by that time,
+                # for the values v1 written through mount m1
+                seen = sorted(((r1.resp + self.lag(m1, m2), by_token[r1.value].inv, r1) for r1 in valued
+                               if by_token[r1.value].mount == m1), key=lambda s: s[0])
+                times = [s[0] for s in seen]
+                prefix_max, best = [], -math.inf
+                for s in seen:
+                    best = max(best, s[1])
+                    prefix_max.append(best)
+                for r2 in (r for r in valued if r.mount == m2):
+                    i = bisect.bisect_left(times, r2.inv)
+                    e2 = by_token[r2.value]
+                    before = e2.resp + self.lag(e2.mount, m1)
+                    if i and prefix_max[i - 1] > before:
+                        r1 = next(s[2] for s in seen[:i] if s[1] > before)
+                        problems.append(Problem(key, "a read went back to an older value",
+                                                [e2.op, by_token[r1.value].op, r1, r2]))
         return problems
 
     def check(self) -> list[Problem]:

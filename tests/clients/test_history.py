@@ -68,3 +68,10 @@ def test_the_documented_limit_is_narrow():
     checker = Checker(ops, 0.0)
     assert checker.check() == [] and len(checker.known) == 1
     assert len(check(w("a", 0, 1), w(None, 4, 6, kind="delete"), r(EMPTY, 7, 8))) == 1
+
+
+def test_another_mounts_change_may_be_ordered_before_within_the_window():
+    # a delete through mount 1 shortly after mount 0's write may not have seen it yet
+    ops = (w("a", 0, 1, mount=0), w(None, 1.2, 1.5, mount=1, kind="delete"), r("a", 2, 3, mount=1))
+    assert check(*ops, window=1.0) == []
+    assert len(check(*ops, window=0.1)) == 1

@@ -68,13 +68,14 @@ def chunk_dirs(keys: list[str]) -> list[str]:
 
 class Worker(threading.Thread):
     def __init__(self, number: int, mount: int, root: Path, keys: list[str], seed: int,
-                 weights: dict, deadline: float, run: Run, lock: threading.Lock, fsync: bool):
+                 weights: dict, deadline: float, run: Run, lock: threading.Lock, fsync: bool,
+                 seq_base: int = 0):
         super().__init__(daemon=True, name=f"worker-{number}")
         self.number, self.mount, self.root, self.keys = number, mount, root, keys
         self.rng = random.Random(seed * 1000 + number)
         self.kinds = [k for k in KINDS for _ in range(weights.get(k, 0))]
         self.deadline, self.run_, self.lock, self.fsync = deadline, run, lock, fsync
-        self.seq = 0
+        self.seq = seq_base
         self.current: Op | None = None
 
     def record(self, op: Op) -> None:
@@ -162,14 +163,16 @@ class Worker(threading.Thread):
 
 
 def run_workload(roots: list[Path], keys: list[str], threads: int, seconds: float, seed: int,
-                 weights: dict | None = None, fsync: bool = False, grace: float = 90.0) -> Run:
+                 weights: dict | None = None, fsync: bool = False, grace: float = 90.0,
+                 seq_base: int = 0) -> Run:
     """`threads` workers spread over the mounts' array directories `roots` for `seconds`.
-    A worker still in an operation `grace` seconds after the end is reported as hung."""
+    A worker still in an operation `grace` seconds after the end is reported as hung.
+    Sequence numbers start after `seq_base` (a later run on the same files writes new values)."""
     run, lock = Run(), threading.Lock()
     start = time.monotonic()
     deadline = start + seconds
     workers = [Worker(n, n % len(roots), roots[n % len(roots)], keys, seed, weights or DEFAULT_WEIGHTS,
-                      deadline, run, lock, fsync) for n in range(threads)]
+                      deadline, run, lock, fsync, seq_base) for n in range(threads)]
     for w in workers:
         w.start()
     for w in workers:
@@ -192,6 +195,16 @@ def final_reads(run: Run, roots: list[Path], keys: list[str]) -> None:
                 op.errno = e.errno
             op.resp = time.monotonic()
             run.ops.append(op)
+
+
+def settled_state(run: Run, keys: list[str]) -> dict:
+    """What each key held at the end of a run, from its last read (of the STORE observer):
+    the initial state of the next run on the same files."""
+    state = {}
+    for o in run.ops:
+        if o.mount == STORE and o.kind == "read" and o.errno is None:
+            state[o.key] = o.value
+    return {k: state.get(k, ABSENT) for k in keys}
 
 
 def store_reads(run: Run, array_dir: Path, keys: list[str]) -> list[str]:
