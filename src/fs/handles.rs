@@ -11,7 +11,7 @@
 //! until it is truncated whole, so a partial chunk never replaces a stored one.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -41,6 +41,11 @@ pub struct WriteHandle {
     /// Opened for writing: only such handles commit (a reader of a file being written sees its
     /// content but never stores it).
     pub can_write: bool,
+    /// Not flushed since it was opened or last written through: only then does its release
+    /// commit. The kernel sends a closed handle's release later, on its own; by then the name
+    /// may be open again and truncated, and committing at that release would store the next
+    /// writer's half-written content (an empty chunk, found by scripts/crash_loop.py).
+    pub unflushed: AtomicBool,
 }
 
 impl FileHandle {
@@ -49,7 +54,12 @@ impl FileHandle {
     }
 
     pub fn writer(ino: u64, file: Arc<WriteFile>, can_write: bool) -> Self {
-        FileHandle::Write(WriteHandle { ino, file, can_write })
+        FileHandle::Write(WriteHandle {
+            ino,
+            file,
+            can_write,
+            unflushed: AtomicBool::new(true),
+        })
     }
 
     /// The handle of a file being written, for any handle of it.

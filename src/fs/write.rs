@@ -9,11 +9,12 @@
 //! How held files show is in [`super::overlay`], renames in [`super::rename`], directories in
 //! [`super::dirs`].
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::handles::{FileHandle, Sink, WriteFile};
+use super::handles::{FileHandle, Sink, WriteFile, WriteHandle};
 use super::{child_path, validate_name, Attr, Fs, FsError, FsResult};
 use crate::view::Located;
 
@@ -42,6 +43,7 @@ impl Fs {
             Some((file, _)) => file,
             None => Arc::new(WriteFile::new_empty(self.budget.clone())),
         };
+        self.reopened(&path);
         file.state.lock().await.truncate()?;
         self.inodes.open_file(&path, file.clone(), sink);
         // The reply hands the kernel the inode: one lookup.
@@ -93,6 +95,9 @@ impl Fs {
             },
             None => self.inodes.open_file(at.path(), file.clone(), sink),
         };
+        if can_write {
+            self.reopened(at.path());
+        }
         if truncate {
             if let Err(e) = file.state.lock().await.truncate() {
                 self.inodes.close_file(ino, &file);
@@ -142,6 +147,7 @@ impl Fs {
         let _changing = self.changing();
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         let writer = handle.committer().ok_or(FsError::BadHandle)?;
+        writer.unflushed.store(true, Ordering::SeqCst);
         let mut state = self.load(&writer.file).await?;
         let end = offset.checked_add(data.len() as u64).ok_or(FsError::FileTooLarge)?;
         if end > self.config.max_file_size as u64 {
@@ -151,19 +157,31 @@ impl Fs {
         Ok(u32::try_from(data.len()).unwrap_or(u32::MAX))
     }
 
-    /// Commit a handle's file if it changed (close, fsync).
     /// A FLUSH from the kernel (a close()): counted, then [`flush`](Self::flush).
     pub async fn flush_request(&self, fh: u64) -> FsResult<()> {
         self.ops.count(&self.ops.flushes);
         self.flush(fh).await
     }
 
+    /// Commit a handle's file if it changed (close, fsync, a release left unflushed).
     pub async fn flush(&self, fh: u64) -> FsResult<()> {
         let _changing = self.changing();
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         let Some(writer) = handle.committer() else {
             return Ok(());
         };
+        // Cleared first: a write through this handle while the flush runs sets it again.
+        writer.unflushed.store(false, Ordering::SeqCst);
+        let flushed = self.flush_file(writer).await;
+        if flushed.is_err() {
+            writer.unflushed.store(true, Ordering::SeqCst);
+        }
+        flushed
+    }
+
+    /// The flush of a writable handle: its file's content committed (or deferred) where the
+    /// file is now.
+    async fn flush_file(&self, writer: &WriteHandle) -> FsResult<()> {
         // Wherever the file is once its content is ours: a rename moves the name without the
         // content's lock, so a place read before locking may already be the old name (whose
         // stored copy the rename removes). An unlinked file has nowhere to go.
@@ -197,11 +215,17 @@ impl Fs {
         Ok(())
     }
 
-    /// Release a handle: commit what is left (errors can only be logged here), drop it.
+    /// Release a handle: commit what it left unflushed (errors can only be logged here), drop it.
     pub async fn release(&self, fh: u64) {
         let _changing = self.changing();
-        if let Err(e) = self.flush(fh).await {
-            self.fail("release", 0, &e);
+        let unflushed = self
+            .files
+            .get(fh)
+            .and_then(|h| h.written().map(|w| w.unflushed.load(Ordering::SeqCst)));
+        if unflushed != Some(false) {
+            if let Err(e) = self.flush(fh).await {
+                self.fail("release", 0, &e);
+            }
         }
         if let Some(handle) = self.files.remove(fh) {
             if let Some(writer) = handle.written() {
@@ -240,6 +264,7 @@ impl Fs {
 
     async fn resize(&self, handle: &FileHandle, size: usize) -> FsResult<()> {
         let writer = handle.written().ok_or(FsError::BadHandle)?;
+        writer.unflushed.store(true, Ordering::SeqCst);
         self.load(&writer.file).await?.resize(size as u64)
     }
 

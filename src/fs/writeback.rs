@@ -85,6 +85,22 @@ impl Fs {
         }
     }
 
+    /// A file is opened for writing: if it was pending, it is being written again, not pending
+    /// any more. Write-back leaves it alone until it is closed (its close defers it anew) or
+    /// fsynced: committed meanwhile, it could be stored half-written (emptied by O_TRUNC, the new
+    /// bytes not there yet), and a crash before the next commit would leave that in its shard.
+    pub(super) fn reopened(&self, path: &str) {
+        if self.writeback.is_none() {
+            return;
+        }
+        let was = self
+            .inodes
+            .with_file(path, |w| w.pending.take().map(|_| w.sink.clone()));
+        if let Some(Some(sink)) = was {
+            self.undefer(&sink);
+        }
+    }
+
     /// A pending file is no longer held (committed, or unlinked).
     pub(super) fn undefer(&self, sink: &Sink) {
         let (Some(wb), Sink::Commit(target)) = (&self.writeback, sink) else {
@@ -121,7 +137,12 @@ impl Fs {
         let mut due = Vec::with_capacity(candidates.len());
         for (path, file, target) in candidates {
             let state = file.state.lock().await;
-            if state.dirty && state.loaded {
+            // Still pending under the content's lock: a file opened for writing since the list
+            // was made (`reopened`, before it changes the content) is left to its writer.
+            let pending = self
+                .inodes
+                .with_file(&path, |w| w.pending.is_some() && Arc::ptr_eq(&w.file, &file));
+            if pending == Some(true) && state.dirty && state.loaded {
                 let Ok(data) = state.content() else { continue };
                 due.push(Due {
                     path,
@@ -203,10 +224,12 @@ impl Fs {
         }
         state.dirty = false;
         drop(state);
-        if !self.inodes.drop_committed(&due.path, &file) {
-            self.inodes.with_file(&due.path, |w| w.pending = None);
+        // Counted out of its batch once: a file opened for writing meanwhile was already.
+        let was_pending = self.inodes.with_file(&due.path, |w| w.pending.take().is_some()) == Some(true);
+        self.inodes.drop_committed(&due.path, &file);
+        if was_pending {
+            self.undefer(&sink);
         }
-        self.undefer(&sink);
     }
 
     /// The background flusher of a write-back mount: wakes every quarter of the delay, or when
