@@ -201,9 +201,12 @@ impl Fs {
             return Ok(());
         }
         let data = state.content()?;
-        self.view.commit(target, data).await?;
+        let committed = self.view.commit(target, data).await;
+        // Committed or refused, this close says which; a refused commit (a full disk, a
+        // conflict that outlasted its attempts) is not tried again by the release or at
+        // unmount behind the writer's back. Writing the file again commits it.
         state.dirty = false;
-        Ok(())
+        Ok(committed?)
     }
 
     /// Make a file's changes durable: in write-back mode everything pending is committed.
