@@ -1,131 +1,89 @@
-"""A crash while writing: a foreground mount takes a stream of chunk writes from four threads
-(small known payloads; every close() that returned is recorded), and the daemon is killed
-with SIGKILL in the middle of the stream. After cleaning up the dead mount, no shard in the
-source may be torn or unparseable, and every write whose close() returned must be in the
-store (the write in flight on a chunk may or may not be). A new mount then shows exactly
-the store, with no temporary file visible. Three rounds, killed at different points."""
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
+"""Crashes while writing (CI-sized; scripts/crash_loop.py runs the long campaigns): a foreground
+mount takes a stream of chunk writes from four threads (self-describing payloads), and every
+daemon pid is killed with SIGKILL at a seeded random moment. While it writes, and after
+cleaning up the dead mount, no shard or chunk in the store may be torn or unparseable (an empty
+chunk committed by a late release or by write-back of a file being rewritten was found this
+way), no chunk may hold a value that was never written; in the default mode every write whose close() returned is in the store (the write in
+flight may or may not be), in write-back mode every write whose fsync() returned. A remount
+shows exactly the store, hides and sweeps the temporary files the kill left (local source),
+and finds no stray object or unfinished upload (S3). tests/clients/crashing.py has the
+workload and the checks; the last test shows that the checks do catch torn shards and lost
+writes."""
+import shutil
 
-import shardindex as si
-from writing import (build, mount_writable, parse_payload, payload, payload_spec, shard_problems,
-                     view_matches_store)
+import pytest
 
-WRITER = r"""
-import os, struct, sys, threading
-mnt, base = sys.argv[1], int(sys.argv[2])
-keys = sys.argv[3:]
-lock = threading.Lock()
+import crashing as C
+from remote import remote  # noqa: F401 - the session fixture that starts the servers
 
-def run(t):
-    mine = [(n, k) for n, k in enumerate(keys) if n % 4 == t]
-    seq = base
-    while True:
-        seq += 1
-        for index, key in mine:
-            data = struct.pack("<4sIII", b"zfsw", t, index, seq)
-            try:
-                fd = os.open(os.path.join(mnt, key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    os.write(fd, data)
-                finally:
-                    os.close(fd)
-            except OSError as e:
-                with lock:
-                    print(f"error {key} {seq} {e.errno}", flush=True)
-                return
-            with lock:
-                print(f"ack {key} {seq}", flush=True)
-
-threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
-for t in threads: t.start()
-for t in threads: t.join()
-"""
-
-ARRAY = "crash/arr"
+LOCAL_ROUNDS = 6
+S3_ROUNDS = 2
 
 
-def store_state(array_dir) -> dict:
-    layout = si.load_layout(array_dir)
-    return {k: parse_payload(v)[2] for k, v in si.expected_chunk_files(layout).items()}
+def run_rounds(loop: C.CrashLoop, rounds: int) -> list:
+    results = loop.run(rounds)
+    for r in results:
+        print(r.line())
+    failures = [f"round {r.round}: {f}" for r in results for f in r.failures]
+    logs = "\n".join(r.log_tail for r in results if r.failures)[-4000:]
+    assert failures == [], f"{failures[:12]}\n--- daemon log ---\n{logs}"
+    assert all(r.acks > 0 and r.in_flight > 0 for r in results), "a round wrote nothing"
+    if loop.write_back:
+        assert sum(r.synced for r in results) > 0, "no fsync was acknowledged"
+    return results
 
 
-def one_round(mounter, root, keys, base, kill_after, previous) -> dict:
-    view = mount_writable(mounter, root, foreground=True)
-    pids = set(view.pids) | {view.proc.pid}
-    for i in range(4):  # chunk directories are implicit: mkdir makes them appear
-        view.path(ARRAY).joinpath("c", str(i)).mkdir(parents=True, exist_ok=True)
-    child = subprocess.Popen([sys.executable, "-c", WRITER, str(view.path(ARRAY)), str(base), *keys],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    acked, lines, enough = {}, [], threading.Event()
-
-    def reader():
-        for line in child.stdout:
-            lines.append(line.split())
-            if line.startswith("ack "):
-                _, key, seq = line.split()
-                acked[key] = int(seq)
-                if sum(1 for x in lines if x[0] == "ack") >= kill_after:
-                    enough.set()
-        enough.set()
-
-    thread = threading.Thread(target=reader, daemon=True)
-    thread.start()
-    assert enough.wait(60), "the writer did not get going"
-    time.sleep(0.002 * (kill_after % 5))
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-    child.wait(timeout=60)
-    thread.join(timeout=10)
-    view.stop()
-    assert not view.is_mounted()
-    n_acks = sum(1 for x in lines if x[0] == "ack")
-    assert n_acks >= kill_after, f"only {n_acks} writes acknowledged: {child.stderr.read()[-1000:]}"
-
-    errors = [x for x in lines if x[0] == "error"]
-    leftovers = [p.name for p in (root / ARRAY).rglob("*") if ".zarrfs-tmp." in p.name]
-    print(f"killed after {n_acks} acks; writer errors {errors[:4]}; temp files left {leftovers}")
-    assert errors, "the writer saw no error: the kill did not interrupt the stream"
-    problems = shard_problems(root / ARRAY, allow_temp=True)
-    assert problems == [], f"after kill -9 at {n_acks} acks: {problems[:10]}"
-    state = store_state(root / ARRAY)
-    lost = []
-    for key in keys:
-        got = state.get(key, 0)
-        if key in acked:  # the last acknowledged write, or the next one (in flight)
-            ok = got in (acked[key], acked[key] + 1)
-        else:
-            ok = got in (previous.get(key, 0), base + 1)
-        if not ok:
-            lost.append(f"{key}: acknowledged {acked.get(key)}, previous {previous.get(key)}, "
-                        f"stored {got}")
-    assert lost == [], f"acknowledged writes lost by the crash ({n_acks} acks): {lost}"
-    return state
+@pytest.mark.parametrize("mode", ["default", "writeback"])
+def test_kill_during_local_writes(zarrfs_bin, tmp_path, mode):
+    # At least 40 acknowledgements: one thread has written 10 times, so fsynced at least once.
+    loop = C.CrashLoop(zarrfs_bin, tmp_path, C.LocalSource(tmp_path / "src"), mode, seed=11,
+                       kill_acks=(40, 300))
+    run_rounds(loop, LOCAL_ROUNDS)
 
 
-def test_kill_during_writes_loses_no_acknowledged_write(mounter, tmp_path):
-    spec = payload_spec(ARRAY, shape=(16, 16), shard=(8, 8))
-    root = tmp_path / "src"
-    build(root, [spec])
-    keys = [si.chunk_key((i, j), spec.cke) for i in range(4) for j in range(4)]
-    state = {}
-    for n, kill_after in enumerate([37, 121, 263]):
-        state = one_round(mounter, root, keys, base=(n + 1) * 1_000_000, kill_after=kill_after,
-                          previous=state)
+@pytest.mark.parametrize("mode", ["default", "writeback"])
+def test_kill_during_s3_writes(zarrfs_bin, tmp_path, remote, mode):  # noqa: F811
+    remote.ensure("s3")
+    source = C.S3Source(tmp_path, f"{remote.run}/crash-{mode}")  # deleted with the run prefix
+    # At least 16 acknowledgements, an fsync every 3rd write: one thread has fsynced.
+    loop = C.CrashLoop(zarrfs_bin, tmp_path, source, mode, seed=11, kill_acks=(16, 40),
+                       sync_every=(3,))
+    run_rounds(loop, S3_ROUNDS)
 
-    # a fresh mount shows exactly the store, and hides leftover temporary files
-    view = mount_writable(mounter, root)
-    assert view_matches_store(view.path(ARRAY), root / ARRAY) == []
-    visible = [name for _, dirs, files in os.walk(view.path()) for name in dirs + files
-               if ".zarrfs-tmp." in name]
-    assert visible == [], f"temporary files visible in the view: {visible}"
-    # and takes writes again
-    key = keys[5]
-    view.path(ARRAY).joinpath(key).write_bytes(payload(7, 5, 7))
-    assert store_state(root / ARRAY)[key] == 7
-    view.stop()
-    assert shard_problems(root / ARRAY, allow_temp=True) == []
+
+def test_the_checks_catch_torn_shards_and_lost_writes(zarrfs_bin, tmp_path):
+    loop = C.CrashLoop(zarrfs_bin, tmp_path, C.LocalSource(tmp_path / "src"), "default", seed=3,
+                       kill_acks=(40, 60))
+    run_rounds(loop, 1)
+    stored = loop.previous  # {key: seq} after the round's remount: every key of the 4 shards
+    assert len(stored) == len(loop.keys) and all(s is not None for s in stored.values()), stored
+    array = loop.source.root / C.ARRAY
+    base = 10 ** 9  # a round that wrote nothing new: only the stored values are "written"
+
+    def check(array_dir, write_back=False, **record) -> C.RoundResult:
+        result = C.RoundResult(0)
+        C.check_store(array_dir, C.Record(loop.keys, base, 4, **record), stored, write_back, result)
+        return result
+
+    assert check(array).failures == []
+    key = loop.keys[5]
+    # an acknowledged write the store does not hold; a fsynced one in write-back mode
+    assert check(array, acked={key: base + 3}).lost_acked, "a lost acknowledged write passed"
+    assert check(array, True, acked={key: base + 3}, synced={key: base + 3}).lost_synced
+    assert check(array, True, acked={key: base + 3}).failures == []  # closed only: may be lost
+    # a torn shard (its last byte missing: the index at the end does not decode)
+    torn = tmp_path / "torn"
+    shutil.copytree(array, torn)
+    shard = torn / "c/0/1"
+    shard.write_bytes(shard.read_bytes()[:-1])
+    assert check(torn).torn, "a torn shard passed"
+    # two shards swapped: each chunk holds another key's payload (never written there)
+    swapped = tmp_path / "swapped"
+    shutil.copytree(array, swapped)
+    a, b = (swapped / "c/0/0").read_bytes(), (swapped / "c/1/1").read_bytes()
+    (swapped / "c/0/0").write_bytes(b)
+    (swapped / "c/1/1").write_bytes(a)
+    assert check(swapped).invented, "misplaced values passed"
+    # a shard gone: its chunks' committed values are lost
+    (swapped / "c/0/0").unlink()
+    assert check(swapped).lost_acked
