@@ -266,6 +266,14 @@ impl ShardedArray {
                     tracing::debug!(shard_key, attempt, "shard changed during commit; re-reading");
                     tokio::time::sleep(Duration::from_millis(1 << attempt.min(6))).await;
                 }
+                // A conditional write lost on the wire (the client does not retry those itself:
+                // it cannot know whether the first one landed). Reading again and re-applying
+                // is safe either way: had it landed, the changes are there and are written again
+                // over the new version.
+                Err(e) if is_transport(&e) && attempt + 1 < COMMIT_ATTEMPTS => {
+                    tracing::debug!(shard_key, attempt, "commit failed on the wire; re-reading: {e}");
+                    tokio::time::sleep(Duration::from_millis(10 << attempt.min(6))).await;
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -273,4 +281,10 @@ impl ShardedArray {
             key: shard_key.to_string(),
         })
     }
+}
+
+/// A remote store's failure to send or answer (its errors carry no OS error kind); a local
+/// store's errors (a full disk, permissions) are never retried here.
+fn is_transport(e: &StoreError) -> bool {
+    matches!(e, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::Other && source.raw_os_error().is_none())
 }

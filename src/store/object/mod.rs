@@ -173,9 +173,16 @@ impl Store for ObjectBackend {
         }
         // A read that needs the size first (HEAD, then a bounded range) pins the range to the
         // version the HEAD saw; if the object changed in between, it starts over.
-        for _ in 0..4 {
+        // A body broken off is read again too.
+        for attempt in 0..4 {
             match self.get_attempt(key, &opts).await {
                 Err(StoreError::VersionMismatch { .. }) if opts.if_version.is_none() => continue,
+                Err(StoreError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::UnexpectedEof && attempt < 3 =>
+                {
+                    tracing::debug!(key, "body broken off: reading again: {source}");
+                    continue;
+                }
                 Ok(Some(got)) => {
                     self.remember(key, got.meta.size);
                     if opts.range.is_none() {

@@ -73,7 +73,7 @@ impl ObjectBackend {
                         });
                     }
                 }
-                let bytes = result.bytes().await.map_err(|e| self.error(key, e))?;
+                let bytes = result.bytes().await.map_err(|e| self.broken_body(key, e))?;
                 Ok(Some(GetResult { bytes, offset, meta }))
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -101,6 +101,18 @@ impl ObjectBackend {
         }
     }
 
+    /// A body that broke off after the answer began (what the client could not resume): an
+    /// `UnexpectedEof`, which `get` reads again (a read is safe to repeat).
+    pub(super) fn broken_body(&self, key: &str, e: object_store::Error) -> StoreError {
+        match self.error(key, e) {
+            StoreError::Io { key, source } => StoreError::Io {
+                key,
+                source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, source.to_string()),
+            },
+            other => other,
+        }
+    }
+
     /// A ranged read from a server that ignores ranges: the whole file, cut here.
     async fn get_whole(
         &self,
@@ -123,7 +135,7 @@ impl ObjectBackend {
                 expected: expected.0.clone(),
             });
         }
-        let whole = result.bytes().await.map_err(|e| self.error(key, e))?;
+        let whole = result.bytes().await.map_err(|e| self.broken_body(key, e))?;
         let (start, end) = opts.byte_range().resolve(whole.len() as u64);
         let (start, end) = (
             usize::try_from(start).unwrap_or(usize::MAX),
