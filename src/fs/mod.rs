@@ -258,9 +258,6 @@ impl Fs {
     async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<(u64, Option<ContentId>)> {
         let at = self.view.locate(&self.path_of(ino)?).await?;
         if write {
-            if self.inodes.is_replaced(ino) {
-                return Ok((self.open_replaced(ino, truncate)?, None));
-            }
             return Ok((self.open_write(Some(ino), &at, truncate, true).await?, None));
         }
         // A file being written is read as written so far; metadata being written is read as

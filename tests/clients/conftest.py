@@ -120,13 +120,14 @@ def _test_failed(request) -> bool:
 @pytest.fixture
 def mounter(zarrfs_bin, tmp_path, request):
     """mounter(source, *options) mounts a view on a fresh mountpoint of this test and returns
-    the Mount; every mount is torn down after the test (unmount, kill a stray daemon)."""
+    the Mount; every mount is torn down after the test (unmount, kill a stray daemon).
+    `cls=` a Mount subclass, given the other keyword arguments."""
     mounts = []
 
-    def mount(source, *options, foreground=False) -> Mount:
+    def mount(source, *options, foreground=False, cls=Mount, **kwargs) -> Mount:
         n = len(mounts)
-        m = Mount(zarrfs_bin, str(source), tmp_path / f"mnt{n}", list(options),
-                  tmp_path / f"zarrfs{n}.log")
+        m = cls(zarrfs_bin, str(source), tmp_path / f"mnt{n}", list(options),
+                tmp_path / f"zarrfs{n}.log", **kwargs)
         mounts.append(m)
         m.start(foreground=foreground)
         return m

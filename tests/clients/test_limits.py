@@ -34,7 +34,6 @@ import pytest
 
 import fixtures as F
 import shardindex as si
-from conftest import _test_failed
 from mounting import Mount
 from writing import build, shard_problems, stats
 
@@ -64,24 +63,12 @@ class LimitedMount(Mount):
 
 
 @pytest.fixture
-def limited(zarrfs_bin, tmp_path, request):
+def limited(mounter):
     """limited(source, *options, nofile=(soft, hard), env={...}) -> a LimitedMount."""
-    mounts = []
-
     def mount(source, *options, nofile=None, env=None) -> LimitedMount:
-        n = len(mounts)
-        m = LimitedMount(zarrfs_bin, str(source), tmp_path / f"lmnt{n}", list(options),
-                         tmp_path / f"lzarrfs{n}.log", nofile=nofile, env=env)
-        mounts.append(m)
-        m.start()
-        return m
+        return mounter(source, *options, cls=LimitedMount, nofile=nofile, env=env)
 
-    yield mount
-    for m in mounts:
-        if _test_failed(request):
-            print(f"--- daemon log of {m.mountpoint} (last 60 lines) ---")
-            print(m.log_tail(60))
-        m.stop()
+    return mount
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ SEED = int(os.environ.get("ZARRFS_MODEL_SEED", str(int(time.time()) % 100000)))
 LOGS = Path(__file__).resolve().parents[2] / ".cache"
 
 
-def report(run, problems, _log, seed) -> str:
+def report(run, problems, seed) -> str:
     LOGS.mkdir(exist_ok=True)
     log = LOGS / f"model-{seed}.log"
     run.log(log)
@@ -77,12 +77,12 @@ def test_random_operations_match_the_model(mounter, tmp_path, mounts):
                    and not racing_delete(run.ops, o)]
     assert unexplained == [], "ENOENT with no delete racing it:\n" + "\n".join(
         o.line() for o in unexplained[:10])
-    assert failed == [], report(run, [], tmp_path / "ops.log", SEED) + "\n" + "\n".join(
+    assert failed == [], report(run, [], SEED) + "\n" + "\n".join(
         o.line() for o in failed[:10])
     checker = Checker(run.ops, window=TTL)
     problems = checker.check()
     print(f"empty reads while a delete or rename ran (documented limit): {len(checker.known)}")
-    assert problems == [], report(run, problems, tmp_path / "ops.log", SEED)
+    assert problems == [], report(run, problems, SEED)
     assert shard_problems(root / spec.path, allow_temp=True) == []
     assert [set(v.pids) for v in views] == pids and all(v.alive() for v in views), "a daemon died"
     for v in views:

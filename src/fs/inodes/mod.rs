@@ -202,15 +202,6 @@ impl InodeTable {
         self.lock().by_ino.get(&ino).map(|e| e.path.clone())
     }
 
-    /// Whether `ino` was replaced at its path by a rename: the kernel may still reach it (a
-    /// name it looked up before, open handles), but the path is another inode's now.
-    pub fn is_replaced(&self, ino: u64) -> bool {
-        let t = self.lock();
-        t.by_ino
-            .get(&ino)
-            .is_some_and(|i| t.by_path.get(&i.path).is_some_and(|owner| *owner != ino))
-    }
-
     /// The kernel dropped `n` lookups of `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
         let mut t = self.lock();
