@@ -12,7 +12,9 @@ use crate::cli::{Cli, Command, LogFormat, MountSettings, SourceSpec};
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::mount_table::absolute_mount_path;
 use crate::fuse::session::{self, MountConfig};
-use crate::source::{check_reachable, open_store, search_options, source_name, with_caches};
+use crate::source::{
+    check_reachable, open_store, search_options, source_name, with_caches, zarr_warning, LOOK_ENTRIES,
+};
 use crate::store::counting::CountingStore;
 use crate::store::object::SearchOptions;
 use crate::store::transport::WireStats;
@@ -91,8 +93,8 @@ fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
         eprintln!("zarrfs: the v2 view is read-only: mounting read-only");
         settings.writable = false;
     }
-    let path = match &settings.source {
-        SourceSpec::Local(path) => absolute(path).context("source")?,
+    let (given, path) = match &settings.source {
+        SourceSpec::Local(path) => (path.clone(), absolute(path).context("source")?),
         SourceSpec::Remote { url, .. } => {
             if settings.writable && crate::store::remote::is_http_url(url) {
                 let url = crate::store::remote::redact_url(url);
@@ -109,8 +111,12 @@ fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
         eprintln!("zarrfs: {} is not writable: mounting read-only", path.display());
         settings.writable = false;
     }
-    settings.source = SourceSpec::Local(path);
-    prepare_local_paths(settings)
+    settings.source = SourceSpec::Local(path.clone());
+    let given_mountpoint = settings.mountpoint.clone();
+    let mut settings = prepare_local_paths(settings)?;
+    crate::mountpoint::refuse_circular((&given, &path), (&given_mountpoint, &settings.mountpoint))?;
+    settings.source_warning = zarr_warning(&path, settings.writable, LOOK_ENTRIES)?;
+    Ok(settings)
 }
 
 /// The mountpoint and the log file, made absolute (the daemon runs in `/`). A mountpoint whose
@@ -137,6 +143,12 @@ fn prepare_local_paths(mut settings: MountSettings) -> Result<MountSettings> {
 
 fn mount(settings: MountSettings) -> Result<()> {
     let settings = prepare(settings)?;
+    // A warning about the source is said once on stderr: by the log when that is stderr,
+    // here otherwise (the log then has it too, see `serve`).
+    let logs_to_stderr = settings.foreground && settings.log_file.is_none();
+    if let (Some(warning), false) = (&settings.source_warning, logs_to_stderr) {
+        eprintln!("zarrfs: {warning}");
+    }
     if settings.foreground {
         init_logging(settings.log_file.as_deref(), settings.log_format)?;
         return serve(&settings, |_| {});
@@ -146,6 +158,9 @@ fn mount(settings: MountSettings) -> Result<()> {
 
 /// Build the runtime and the filesystem, mount, report, and serve until unmounted.
 pub(crate) fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> Result<()> {
+    if let Some(warning) = &settings.source_warning {
+        tracing::warn!("{warning}");
+    }
     if let Some((before, after)) = crate::fd_limit::raise() {
         tracing::debug!("descriptor limit (ulimit -n) raised from {before} to {after}");
     }

@@ -317,6 +317,9 @@ pub struct MountSettings {
     pub v2_compressor: crate::zarr::transcode::V2Compressor,
     /// Mount even where a mount point already is.
     pub stack: bool,
+    /// What preparing the mount found worth a warning about the source (no Zarr in a local
+    /// directory); said on stderr and in the log once logging runs.
+    pub source_warning: Option<String>,
 }
 
 impl MountArgs {
@@ -375,6 +378,7 @@ impl MountArgs {
                 V2CompressorArg::None => crate::zarr::transcode::V2Compressor::None,
             },
             stack: self.stack,
+            source_warning: None,
         })
     }
 }

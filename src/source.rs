@@ -1,6 +1,15 @@
 //! Opening a mount's source: its store (local directory or remote backend), the check that
 //! it answers before the mount goes live, and the caches stacked on remote stores.
+//!
+//! A local directory is also looked through for Zarr before mounting ([`look_for_zarr`]): one
+//! with none is most often a mistyped path. It is still mounted writable (a hierarchy is
+//! created through the mount), with a warning; read-only it would show nothing Zarr, and is
+//! refused. The look stops at the first metadata document and after [`LOOK_ENTRIES`] entries,
+//! so a large tree costs a bounded walk, never a refusal.
 
+use std::collections::{HashSet, VecDeque};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,5 +120,172 @@ pub fn source_name(source: &SourceSpec) -> String {
     match source {
         SourceSpec::Local(path) => path.display().to_string(),
         SourceSpec::Remote { url, .. } => crate::store::remote::redact_url(url),
+    }
+}
+
+/// Directory entries a look for Zarr in a local source reads at most.
+pub const LOOK_ENTRIES: usize = 10_000;
+
+/// The names of Zarr metadata documents (v3 and its drafts' entry point, v2), as said in messages.
+const ZARR_DOCUMENTS: &str = "zarr.json, .zgroup, .zarray or .zmetadata";
+
+/// A v1 array's `meta` document is read only up to this size (a larger file is something else).
+const V1_META_BYTES: u64 = 1 << 20;
+
+/// What a look through a local source found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZarrPresence {
+    /// A Zarr metadata document, at the root or below it.
+    Found,
+    /// None anywhere in the tree.
+    Absent,
+    /// None in the first this many entries, where the look stopped.
+    NotInFirst(usize),
+}
+
+/// Look through the directory `root` (breadth first, symlinks followed as the mount shows
+/// them, each directory once) for a Zarr metadata document: `zarr.json` (v3, and the entry
+/// point of the v3 drafts), `.zgroup`, `.zarray`, `.zmetadata` (v2), or a v1 array's `meta`.
+/// Unreadable subdirectories are passed over; an unreadable root is an error.
+pub fn look_for_zarr(root: &Path, max_entries: usize) -> std::io::Result<ZarrPresence> {
+    let mut pending = VecDeque::from([root.to_path_buf()]);
+    let mut seen = HashSet::new();
+    let mut entries = 0usize;
+    while let Some(dir) = pending.pop_front() {
+        let listing = match std::fs::read_dir(&dir) {
+            Ok(listing) => listing,
+            Err(e) if dir == root => return Err(e),
+            Err(_) => continue,
+        };
+        for entry in listing.flatten() {
+            entries += 1;
+            if entries > max_entries {
+                return Ok(ZarrPresence::NotInFirst(max_entries));
+            }
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            // Plain files other than the documents' names cost no stat.
+            let plain_file = entry.file_type().is_ok_and(|t| t.is_file());
+            if plain_file && !DOCUMENT_NAMES.contains(&&*name) {
+                continue;
+            }
+            let path = entry.path();
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                if seen.insert((meta.dev(), meta.ino())) {
+                    pending.push_back(path);
+                }
+            } else if meta.is_file() && is_zarr_document(&name, &path, &meta) {
+                return Ok(ZarrPresence::Found);
+            }
+        }
+    }
+    Ok(ZarrPresence::Absent)
+}
+
+/// The names a Zarr metadata document may have (a `meta` is checked to be v1's).
+const DOCUMENT_NAMES: [&str; 5] = ["zarr.json", ".zgroup", ".zarray", ".zmetadata", "meta"];
+
+fn is_zarr_document(name: &str, path: &Path, meta: &std::fs::Metadata) -> bool {
+    match name {
+        "zarr.json" | ".zgroup" | ".zarray" | ".zmetadata" => true,
+        // A file named `meta` need not be Zarr v1's.
+        "meta" if meta.len() <= V1_META_BYTES => {
+            std::fs::read(path).is_ok_and(|bytes| crate::zarr::legacy::parse_legacy_array(&bytes, true).is_ok())
+        }
+        _ => false,
+    }
+}
+
+/// What to say about a local source with no Zarr found in it: `Ok(None)` when there is some;
+/// `Ok(Some(warning))` for a mount that goes ahead; an error for a read-only mount of a tree
+/// with none at all.
+pub fn zarr_warning(root: &Path, writable: bool, max_entries: usize) -> Result<Option<String>> {
+    let found = look_for_zarr(root, max_entries).with_context(|| format!("cannot list source {}", root.display()))?;
+    let root = root.display();
+    match found {
+        ZarrPresence::Found => Ok(None),
+        ZarrPresence::NotInFirst(n) => Ok(Some(format!(
+            "no Zarr hierarchy found in the first {n} entries of {root} (no {ZARR_DOCUMENTS}); mounting it anyway"
+        ))),
+        ZarrPresence::Absent if writable => Ok(Some(format!(
+            "no Zarr hierarchy found at {root}: no {ZARR_DOCUMENTS} in it or below it; mounting it writable (a \
+             hierarchy can be created through the mount)"
+        ))),
+        ZarrPresence::Absent => bail!(
+            "no Zarr hierarchy found at {root}: no {ZARR_DOCUMENTS} in it or below it; not mounting it read-only \
+             (check the source path, or mount it writable to create a hierarchy in it)"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn look(root: &Path) -> ZarrPresence {
+        look_for_zarr(root, LOOK_ENTRIES).unwrap()
+    }
+
+    #[test]
+    fn finds_zarr_at_the_root_or_below() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        assert_eq!(look(root), ZarrPresence::Absent);
+        std::fs::write(root.join("notes.txt"), "not zarr").unwrap();
+        assert_eq!(look(root), ZarrPresence::Absent);
+        for name in ["zarr.json", ".zgroup", ".zarray", ".zmetadata"] {
+            let dir = root.join(format!("deep/{name}-holder/x.zarr"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(name), "{}").unwrap();
+            assert_eq!(look(root), ZarrPresence::Found, "{name}");
+            std::fs::remove_dir_all(root.join("deep")).unwrap();
+        }
+        // A directory named like a document is not one.
+        std::fs::create_dir(root.join("zarr.json")).unwrap();
+        assert_eq!(look(root), ZarrPresence::Absent);
+    }
+
+    #[test]
+    fn a_v1_meta_counts_only_when_it_is_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::write(root.join("meta"), "some notes").unwrap();
+        assert_eq!(look(root), ZarrPresence::Absent);
+        let v1 = r#"{"zarr_format": 1, "shape": [4], "chunks": [2], "dtype": "<i4", "compression": "zlib",
+                     "fill_value": 0, "order": "C"}"#;
+        std::fs::write(root.join("meta"), v1).unwrap();
+        assert_eq!(look(root), ZarrPresence::Found);
+    }
+
+    #[test]
+    fn the_look_is_bounded_and_survives_symlink_loops() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::os::unix::fs::symlink(root, root.join("loop")).unwrap();
+        assert_eq!(look(root), ZarrPresence::Absent);
+        for i in 0..20 {
+            std::fs::write(root.join(format!("f{i}")), "").unwrap();
+        }
+        assert_eq!(look_for_zarr(root, 10).unwrap(), ZarrPresence::NotInFirst(10));
+        assert!(zarr_warning(root, false, 10)
+            .unwrap()
+            .unwrap()
+            .contains("in the first 10 entries"));
+    }
+
+    #[test]
+    fn warns_when_writable_and_refuses_when_read_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let warning = zarr_warning(root, true, LOOK_ENTRIES).unwrap().unwrap();
+        assert!(warning.starts_with(&format!("no Zarr hierarchy found at {}: ", root.display())));
+        let refusal = zarr_warning(root, false, LOOK_ENTRIES).unwrap_err().to_string();
+        assert!(refusal.contains("not mounting it read-only"), "{refusal}");
+        std::fs::create_dir(root.join("a.zarr")).unwrap();
+        std::fs::write(root.join("a.zarr/zarr.json"), "{}").unwrap();
+        assert_eq!(zarr_warning(root, false, LOOK_ENTRIES).unwrap(), None);
     }
 }
