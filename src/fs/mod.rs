@@ -238,19 +238,31 @@ impl Fs {
         Ok(self.open_file(ino, write, truncate).await?.fh)
     }
 
-    /// Open a file, and say whether the kernel may keep what it cached of it: only a reader
-    /// that finds exactly the bytes the previous reader of this inode found (same shard
-    /// version and place for a chunk, same version for a stored file) keeps the pages; any
-    /// change, by anyone, and every open for writing, drops them.
+    /// Open a file, and say how the kernel may cache it. On a mount that keeps the page cache
+    /// (see [`FsConfig::page_cache`]), only a reader that finds exactly the bytes the previous
+    /// reader of this inode found (same shard version and place for a chunk, same version for
+    /// a stored file) keeps the pages; any change, by anyone, and every open for writing, drops
+    /// them. Elsewhere nothing is cached.
     pub async fn open_file(&self, ino: u64, write: bool, truncate: bool) -> FsResult<Opened> {
         self.ops.count(&self.ops.opens);
         let (fh, content) = self.open_handle(ino, write, truncate).await?;
-        let keep_cache = self.inodes.reopened(ino, content);
+        let keep_cache = self.inodes.reopened(ino, content) && self.config.page_cache();
         Ok(Opened {
             fh,
             keep_cache,
             no_flush: !write,
+            direct_io: !self.config.page_cache(),
         })
+    }
+
+    /// How the kernel treats a handle made by [`create`](Self::create).
+    pub fn created(&self, fh: u64) -> Opened {
+        Opened {
+            fh,
+            keep_cache: false,
+            no_flush: false,
+            direct_io: !self.config.page_cache(),
+        }
     }
 
     /// A handle, and for a reader the content id of what it opened (a file being written has

@@ -33,6 +33,24 @@ pub struct FsConfig {
 }
 
 impl FsConfig {
+    /// Whether the kernel may serve files from its page cache: only on a read-only mount.
+    ///
+    /// The kernel reads a file into its page cache a page at a time and takes a short answer
+    /// as the end of the file: it zero-fills the rest of the page and marks it valid. It lowers
+    /// its idea of the file's size to match only if no attribute of the file changed while the
+    /// read was in flight; when one did (a writer's `O_TRUNC` or write on this mount, any
+    /// lookup's answer), the zeros stay, and a reader whose file is by then larger again copies
+    /// them out: bytes nobody wrote. On a writable mount a file's size changes under readers
+    /// all the time (two writers rewriting a chunk, a third deleting it: a few reads in 10,000
+    /// came back as zeros), so there every handle is `FOPEN_DIRECT_IO`: each read is answered
+    /// by the daemon and a short answer is a short read, as on a local filesystem. Shared
+    /// `mmap` still works (`FUSE_DIRECT_IO_ALLOW_MMAP`). A read-only mount's files change only
+    /// when its source does, seen after `--metadata-ttl`; it keeps the cache, which makes warm
+    /// re-reads free.
+    pub fn page_cache(&self) -> bool {
+        !self.writable
+    }
+
     pub fn read_only(uid: u32, gid: u32, attr_ttl: Duration) -> Self {
         FsConfig {
             uid,
@@ -55,13 +73,15 @@ pub enum FileKind {
     Dir,
 }
 
-/// An open file handle, whether the kernel may keep its cached pages of the file, and whether
-/// closing it needs no flush (it cannot write, so a flush would do nothing).
+/// An open file handle, whether the kernel may keep its cached pages of the file, whether
+/// closing it needs no flush (it cannot write, so a flush would do nothing), and whether the
+/// kernel must send every read and write of it to the daemon (see [`FsConfig::page_cache`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Opened {
     pub fh: u64,
     pub keep_cache: bool,
     pub no_flush: bool,
+    pub direct_io: bool,
 }
 
 /// Attributes of a node as the kernel sees them.

@@ -76,11 +76,7 @@ impl Filesystem for ZarrFuse {
         let fs = self.fs.clone();
         let request = async move { fs.open_file(ino.0, write, truncate).await };
         self.answer(op("open", ino), reply, request, |r, opened| {
-            let mut flags = FopenFlags::empty();
-            flags.set(FopenFlags::FOPEN_KEEP_CACHE, opened.keep_cache);
-            // close() of a handle that cannot write needs no round trip.
-            flags.set(FopenFlags::FOPEN_NOFLUSH, opened.no_flush);
-            r.opened(FileHandle(opened.fh), flags)
+            r.opened(FileHandle(opened.fh), reply::open_flags(&opened))
         });
     }
 
@@ -263,7 +259,7 @@ impl Filesystem for ZarrFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let ttl = self.ttl();
+        let (ttl, fs) = (self.ttl(), self.fs.clone());
         let truncate = flags & libc::O_EXCL == 0;
         self.answer_named(
             "create",
@@ -273,8 +269,8 @@ impl Filesystem for ZarrFuse {
             reply,
             |fs, name| async move { fs.create(parent.0, &name, truncate).await },
             move |r, (attr, fh)| {
-                let attr = file_attr(&attr);
-                r.created(&ttl, &attr, Generation(0), FileHandle(fh), FopenFlags::empty())
+                let flags = reply::open_flags(&fs.created(fh));
+                r.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh), flags)
             },
         );
     }

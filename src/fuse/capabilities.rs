@@ -15,6 +15,11 @@ pub(super) fn negotiate(config: &mut KernelConfig, fs: &FsConfig) -> bool {
     // O_TRUNC arrives with OPEN instead of as a separate SETATTR.
     let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
     let _ = config.set_max_background(MAX_BACKGROUND);
+    if !fs.page_cache() {
+        // Files are FOPEN_DIRECT_IO (see `FsConfig::page_cache`); without this a shared mmap of
+        // one fails with ENODEV (numpy.memmap, tools that map their input).
+        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+    }
     if !fs.no_open || fs.writable {
         return false;
     }

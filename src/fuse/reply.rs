@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use fuser::{
-    Errno, FileAttr, FileType, Generation, INodeNo, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    Errno, FileAttr, FileType, FopenFlags, Generation, INodeNo, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
 
-use crate::fs::{Attr, DirItem, FileKind, Fs, FsError};
+use crate::fs::{Attr, DirItem, FileKind, Fs, FsError, Opened};
 
 /// A reply that can carry an error.
 pub trait ErrorReply: Send + 'static {
@@ -83,6 +83,16 @@ pub fn xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
     } else {
         reply.data(value);
     }
+}
+
+/// The kernel's flags for an opened handle.
+pub fn open_flags(opened: &Opened) -> FopenFlags {
+    let mut flags = FopenFlags::empty();
+    flags.set(FopenFlags::FOPEN_KEEP_CACHE, opened.keep_cache);
+    // close() of a handle that cannot write needs no round trip.
+    flags.set(FopenFlags::FOPEN_NOFLUSH, opened.no_flush);
+    flags.set(FopenFlags::FOPEN_DIRECT_IO, opened.direct_io);
+    flags
 }
 
 /// Fill a directory reply with `items` as far as they fit.

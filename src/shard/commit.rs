@@ -1,7 +1,8 @@
 //! Writing inner chunks: changes are packed back into their shard by read-modify-write, and
 //! the shard is replaced only if it is still the version that was read (a conditional write),
-//! so a concurrent writer's update is never lost: a lost race re-reads and re-applies, a few
-//! times, then reports the conflict.
+//! so a concurrent writer's update is never lost: a lost race re-reads and re-applies after a
+//! short random pause (two mounts that lost to each other must not retry in lockstep), up to
+//! [`COMMIT_ATTEMPTS`] times, then reports the conflict.
 //!
 //! Group commit: each stored shard has a queue. A writer adds its change and, if no commit of
 //! that shard is running, starts one. The commit takes everything queued in one shard rewrite,
@@ -29,8 +30,26 @@ use super::{ShardError, ShardStats, ShardedArray};
 use crate::store::{GetOptions, Precondition, StoreError};
 use crate::zarr::shard_pack::{pack, unpack, ShardContent};
 
-/// Read-modify-write attempts before a commit gives up with a conflict.
-const COMMIT_ATTEMPTS: u32 = 8;
+/// Read-modify-write attempts before a commit gives up with a conflict. Two mounts rewriting
+/// chunks of one shard from four threads each lost 8 races in a row about once a minute (each
+/// time a close() failed with ESTALE); with random pauses of up to 32 ms, 24 attempts wait at
+/// most about half a second on a local source.
+const COMMIT_ATTEMPTS: u32 = 24;
+
+/// Attempts of a commit whose conditional write was lost on the wire (see `commit_shard`).
+const TRANSPORT_ATTEMPTS: u32 = 8;
+
+/// The pause before attempt `attempt + 1`: random within [base/2, base] for a base doubling
+/// from `first` up to `max`, so writers that lost to each other spread out.
+fn retry_pause(attempt: u32, first: Duration, max: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let base = first.saturating_mul(1 << attempt.min(16)).min(max);
+    // RandomState draws fresh random keys per instance: a random number without a crate.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(attempt);
+    let fraction = u32::try_from(hasher.finish() % 1024).unwrap_or(0);
+    base / 2 + base * fraction / 2048
+}
 
 /// One change: the innermost chunk reached by these per-level indexes, new bytes or removal.
 type Change = (Vec<u64>, Option<Bytes>);
@@ -264,15 +283,25 @@ impl ShardedArray {
                 Err(StoreError::Conflict { .. }) => {
                     ShardStats::add(&self.options.stats.conflicts);
                     tracing::debug!(shard_key, attempt, "shard changed during commit; re-reading");
-                    tokio::time::sleep(Duration::from_millis(1 << attempt.min(6))).await;
+                    tokio::time::sleep(retry_pause(
+                        attempt,
+                        Duration::from_millis(1),
+                        Duration::from_millis(32),
+                    ))
+                    .await;
                 }
                 // A conditional write lost on the wire (the client does not retry those itself:
                 // it cannot know whether the first one landed). Reading again and re-applying
                 // is safe either way: had it landed, the changes are there and are written again
                 // over the new version.
-                Err(e) if is_transport(&e) && attempt + 1 < COMMIT_ATTEMPTS => {
+                Err(e) if is_transport(&e) && attempt + 1 < TRANSPORT_ATTEMPTS => {
                     tracing::debug!(shard_key, attempt, "commit failed on the wire; re-reading: {e}");
-                    tokio::time::sleep(Duration::from_millis(10 << attempt.min(6))).await;
+                    tokio::time::sleep(retry_pause(
+                        attempt,
+                        Duration::from_millis(20),
+                        Duration::from_millis(1280),
+                    ))
+                    .await;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -287,4 +316,24 @@ impl ShardedArray {
 /// store's errors (a full disk, permissions) are never retried here.
 fn is_transport(e: &StoreError) -> bool {
     matches!(e, StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::Other && source.raw_os_error().is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_pauses_double_within_their_bound_and_vary() {
+        let (first, max) = (Duration::from_millis(1), Duration::from_millis(32));
+        for attempt in 0..COMMIT_ATTEMPTS {
+            let base = first.saturating_mul(1 << attempt.min(16)).min(max);
+            let pause = retry_pause(attempt, first, max);
+            assert!(
+                pause >= base / 2 && pause <= base,
+                "attempt {attempt}: {pause:?} of {base:?}"
+            );
+        }
+        let pauses: std::collections::HashSet<_> = (0..32).map(|_| retry_pause(6, first, max)).collect();
+        assert!(pauses.len() > 4, "pauses do not vary: {pauses:?}");
+    }
 }

@@ -1,9 +1,10 @@
 """The kernel's page cache across opens. A read-only mount of a local source reads files without
 opening them (FUSE_NO_OPEN_SUPPORT): the kernel keeps their pages and drops them when a file's
-size or time changes. Other mounts keep a reopened file's pages (FOPEN_KEEP_CACHE) when its
-bytes are exactly those the previous reader found (same shard version and place). Either way a
-warm re-read sends no READ (and, without opens, no OPEN) to the daemon, and any change, by
-another mount or by a writer of the source, is seen within the metadata TTL."""
+size or time changes. Other read-only mounts keep a reopened file's pages (FOPEN_KEEP_CACHE)
+when its bytes are exactly those the previous reader found (same shard version and place).
+Either way a warm re-read sends no READ (and, without opens, no OPEN) to the daemon, and any
+change, by another mount or by a writer of the source, is seen within the metadata TTL. A
+writable mount keeps no pages at all (FOPEN_DIRECT_IO): every read reaches the daemon."""
 import errno
 import json
 import os
@@ -38,7 +39,10 @@ def test_a_warm_reread_of_an_unchanged_chunk_sends_no_read(view, tree):
     assert d["fuse_reads"] == 0, f"a warm re-read reached the daemon: {d}"
 
 
-def test_a_reopened_unchanged_file_keeps_its_pages_on_a_writable_mount(mounter, tmp_path):
+def test_a_writable_mount_answers_every_read_itself(mounter, tmp_path):
+    """Files of a writable mount are FOPEN_DIRECT_IO: the kernel keeps no pages of them, whose
+    zero-filled ends could outlive a rewrite (see test_read_races.py); a re-read is one READ
+    for the bytes and one for the end of the file, and closing a reader sends no flush."""
     spec = payload_spec("arr", shape=(8, 8), shard=(8, 8))
     root = tmp_path / "src"
     build(root, [spec])
@@ -52,7 +56,7 @@ def test_a_reopened_unchanged_file_keeps_its_pages_on_a_writable_mount(mounter, 
         assert read_whole(m.path(f"arr/{key}")) == b"A" * 16
     d = delta(before, stats(m))
     assert d["fuse_opens"] == 3, d
-    assert d["fuse_reads"] == 0, f"a warm re-read reached the daemon: {d}"
+    assert 3 <= d["fuse_reads"] <= 6, f"each re-read should reach the daemon: {d}"
     assert d["fuse_flushes"] == 0, f"closing a reader sent a flush: {d}"
 
 

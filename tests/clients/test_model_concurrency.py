@@ -28,6 +28,16 @@ WEIGHTS = dict((k, int(v)) for k, v in (kv.split("=") for kv in os.environ["ZARR
 SEED = int(os.environ.get("ZARRFS_MODEL_SEED", str(int(time.time()) % 100000)))
 
 
+def seeds() -> list[int]:
+    """The seeds to run: ZARRFS_MODEL_SEEDS="FIRST-LAST" for a campaign (scripts/model_campaign.sh),
+    else the one seed."""
+    spec = os.environ.get("ZARRFS_MODEL_SEEDS")
+    if not spec:
+        return [SEED]
+    first, _, last = spec.partition("-")
+    return list(range(int(first), int(last or first) + 1))
+
+
 LOGS = Path(__file__).resolve().parents[2] / ".cache"
 
 
@@ -47,8 +57,9 @@ def racing_delete(ops, failed) -> bool:
                and o.inv < failed.inv + failed.took and o.resp + TTL > failed.inv for o in ops)
 
 
+@pytest.mark.parametrize("seed", seeds())
 @pytest.mark.parametrize("mounts", [1, 2])
-def test_random_operations_match_the_model(mounter, tmp_path, mounts):
+def test_random_operations_match_the_model(mounter, tmp_path, mounts, seed):
     spec = payload_spec("model/arr", shape=(16, 16), shard=(8, 8))
     root = tmp_path / "src"
     build(root, [spec])
@@ -58,13 +69,13 @@ def test_random_operations_match_the_model(mounter, tmp_path, mounts):
     roots = [v.path(spec.path) for v in views]
     make_chunk_dirs(roots, keys)
 
-    run = run_workload(roots, keys, threads=4, seconds=SECONDS, seed=SEED, weights=WEIGHTS)
-    assert run.hung == [], f"seed {SEED}: operations never returned: {run.hung}"
+    run = run_workload(roots, keys, threads=4, seconds=SECONDS, seed=seed, weights=WEIGHTS)
+    assert run.hung == [], f"seed {seed}: operations never returned: {run.hung}"
     time.sleep(TTL + 0.3)
     final_reads(run, roots, keys)
     assert store_reads(run, root / spec.path, keys) == []
     counts = run.counts()
-    print(f"seed {SEED}, {mounts} mount(s): {len(run.ops)} operations in {run.seconds:.1f} s, "
+    print(f"seed {seed}, {mounts} mount(s): {len(run.ops)} operations in {run.seconds:.1f} s, "
           f"longest {run.longest:.3f} s: {counts}")
     assert sum(n for k, n in counts.items() if k.startswith("write")) > 50, counts
 
@@ -77,12 +88,12 @@ def test_random_operations_match_the_model(mounter, tmp_path, mounts):
                    and not racing_delete(run.ops, o)]
     assert unexplained == [], "ENOENT with no delete racing it:\n" + "\n".join(
         o.line() for o in unexplained[:10])
-    assert failed == [], report(run, [], SEED) + "\n" + "\n".join(
+    assert failed == [], report(run, [], seed) + "\n" + "\n".join(
         o.line() for o in failed[:10])
     checker = Checker(run.ops, window=TTL)
     problems = checker.check()
     print(f"empty reads while a delete or rename ran (documented limit): {len(checker.known)}")
-    assert problems == [], report(run, problems, SEED)
+    assert problems == [], report(run, problems, seed)
     assert shard_problems(root / spec.path, allow_temp=True) == []
     assert [set(v.pids) for v in views] == pids and all(v.alive() for v in views), "a daemon died"
     for v in views:
