@@ -57,6 +57,13 @@ pub enum FsError {
     /// An operation the filesystem does not implement (the kernel stops asking).
     #[error("not implemented")]
     NotImplemented,
+    /// A request the daemon made of its own mount (a symlink or bind mount in the source that
+    /// leads into the mountpoint): refused, as serving it could wait on itself for good.
+    #[error(
+        "the daemon reached its own mount through its source (a symlink or bind mount in the \
+         source leads into the mountpoint): refused, as it would wait on itself"
+    )]
+    OwnMount,
     /// The local buffer of a file being written failed (spill directory full, unwritable).
     #[error("{0}")]
     Buffer(Arc<BufferError>),
@@ -134,6 +141,7 @@ impl FsError {
             FsError::BufferTooSmall => libc::ERANGE,
             FsError::NotATerminal => libc::ENOTTY,
             FsError::NotImplemented => libc::ENOSYS,
+            FsError::OwnMount => libc::ELOOP,
             FsError::Buffer(e) | FsError::Unwritten(e) => buffer_errno(e),
             FsError::View(ViewError::Store(e)) => store_errno(e),
             FsError::View(ViewError::Shard(e)) => shard_errno(e),
@@ -149,7 +157,14 @@ impl FsError {
     fn is_loud(&self) -> bool {
         matches!(
             self.errno(),
-            libc::EIO | libc::ESTALE | libc::EACCES | libc::ENOSPC | libc::EDQUOT | libc::EMFILE | libc::ENFILE
+            libc::EIO
+                | libc::ESTALE
+                | libc::EACCES
+                | libc::ENOSPC
+                | libc::EDQUOT
+                | libc::EMFILE
+                | libc::ENFILE
+                | libc::ELOOP
         )
     }
 }

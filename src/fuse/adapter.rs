@@ -41,11 +41,10 @@ impl Filesystem for ZarrFuse {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let ttl = self.ttl();
         self.answer_named(
-            "lookup",
-            parent,
+            op(req, "lookup", parent),
             name,
             FsError::NotFound,
             reply,
@@ -58,15 +57,15 @@ impl Filesystem for ZarrFuse {
         self.fs.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let (fs, ttl) = (self.fs.clone(), self.ttl());
         let request = async move { fs.getattr(ino.0).await };
-        self.answer(op("getattr", ino), reply, request, move |r, attr| {
+        self.answer(op(req, "getattr", ino), reply, request, move |r, attr| {
             r.attr(&ttl, &file_attr(&attr))
         });
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         if self.no_open && !write {
             // The kernel takes ENOSYS as "open every file without asking" from now on.
@@ -75,14 +74,14 @@ impl Filesystem for ZarrFuse {
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let fs = self.fs.clone();
         let request = async move { fs.open_file(ino.0, write, truncate).await };
-        self.answer(op("open", ino), reply, request, |r, opened| {
+        self.answer(op(req, "open", ino), reply, request, |r, opened| {
             r.opened(FileHandle(opened.fh), reply::open_flags(&opened))
         });
     }
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -93,12 +92,12 @@ impl Filesystem for ZarrFuse {
     ) {
         let fs = self.fs.clone();
         let request = async move { fs.read_file(ino.0, fh.0, offset, size).await };
-        self.answer(op("read", ino).fh(fh), reply, request, |r, bytes| r.data(&bytes));
+        self.answer(op(req, "read", ino).fh(fh), reply, request, |r, bytes| r.data(&bytes));
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -111,10 +110,10 @@ impl Filesystem for ZarrFuse {
             fs.release(fh.0).await;
             Ok(())
         };
-        self.answer(op("release", ino).fh(fh), reply, request, |r, ()| r.ok());
+        self.answer(op(req, "release", ino).fh(fh), reply, request, |r, ()| r.ok());
     }
 
-    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+    fn flush(&self, req: &Request, ino: INodeNo, fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
         if !self.fs.config().writable {
             // Nothing is ever dirty in a read-only mount. ENOSYS tells the kernel to stop sending
             // FLUSH at all, which saves a round trip on every close().
@@ -122,59 +121,58 @@ impl Filesystem for ZarrFuse {
         }
         let fs = self.fs.clone();
         let request = async move { fs.flush_request(fh.0).await };
-        self.answer(op("flush", ino).fh(fh), reply, request, |r, ()| r.ok());
+        self.answer(op(req, "flush", ino).fh(fh), reply, request, |r, ()| r.ok());
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self, req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         let request = async move { fs.fsync(fh.0).await };
-        self.answer(op("fsync", ino).fh(fh), reply, request, |r, ()| r.ok());
+        self.answer(op(req, "fsync", ino).fh(fh), reply, request, |r, ()| r.ok());
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let fs = self.fs.clone();
         let request = async move { fs.opendir(ino.0).await };
-        self.answer(op("opendir", ino), reply, request, |r, fh| {
+        self.answer(op(req, "opendir", ino), reply, request, |r, fh| {
             r.opened(FileHandle(fh), FopenFlags::empty())
         });
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectory) {
         let fs = self.fs.clone();
         let request = async move { fs.dir_items(ino.0, fh.0, offset).await };
         let fs = self.fs.clone();
-        self.answer(op("readdir", ino).fh(fh), reply, request, move |r, items| {
+        self.answer(op(req, "readdir", ino).fh(fh), reply, request, move |r, items| {
             reply::directory(&fs, r, items)
         });
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
+    fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
         let (fs, ttl) = (self.fs.clone(), self.ttl());
         let request = async move { fs.dir_items(ino.0, fh.0, offset).await };
         let fs = self.fs.clone();
-        self.answer(op("readdirplus", ino).fh(fh), reply, request, move |r, items| {
+        self.answer(op(req, "readdirplus", ino).fh(fh), reply, request, move |r, items| {
             reply::directory_plus(&fs, r, &ttl, items)
         });
     }
 
-    fn releasedir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        let _span = op("releasedir", ino).fh(fh).span().entered();
+    fn releasedir(&self, req: &Request, ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        let _span = op(req, "releasedir", ino).fh(fh).span().entered();
         self.fs.releasedir(fh.0);
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        let _span = op("statfs", ino).span().entered();
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let _span = op(req, "statfs", ino).span().entered();
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
         );
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.answer_named(
-            "getxattr",
-            ino,
+            op(req, "getxattr", ino),
             name,
             FsError::NoAttribute,
             reply,
@@ -183,17 +181,17 @@ impl Filesystem for ZarrFuse {
         );
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let fs = self.fs.clone();
         let request = async move { fs.listxattr(ino.0).await };
-        self.answer(op("listxattr", ino), reply, request, move |r, value| {
+        self.answer(op(req, "listxattr", ino), reply, request, move |r, value| {
             reply::xattr(r, size, &value)
         });
     }
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
@@ -202,7 +200,7 @@ impl Filesystem for ZarrFuse {
         out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        let _span = op("ioctl", ino).span().entered();
+        let _span = op(req, "ioctl", ino).span().entered();
         match self.fs.ioctl(cmd, out_size) {
             Ok(data) => reply.ioctl(i32::try_from(data.len()).unwrap_or(i32::MAX), &data),
             Err(e) => reply.fail(&e),
@@ -220,7 +218,7 @@ impl Filesystem for ZarrFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _mode: Option<u32>,
         _uid: Option<u32>,
@@ -244,14 +242,14 @@ impl Filesystem for ZarrFuse {
                 None => fs.setattr_unchanged(ino.0).await,
             }
         };
-        self.answer(op("setattr", ino), reply, request, move |r, attr| {
+        self.answer(op(req, "setattr", ino), reply, request, move |r, attr| {
             r.attr(&ttl, &file_attr(&attr))
         });
     }
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         _mode: u32,
@@ -262,8 +260,7 @@ impl Filesystem for ZarrFuse {
         let (ttl, fs) = (self.ttl(), self.fs.clone());
         let truncate = flags & libc::O_EXCL == 0;
         self.answer_named(
-            "create",
-            parent,
+            op(req, "create", parent),
             name,
             FsError::InvalidName,
             reply,
@@ -277,7 +274,7 @@ impl Filesystem for ZarrFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -289,13 +286,12 @@ impl Filesystem for ZarrFuse {
     ) {
         let (fs, data) = (self.fs.clone(), data.to_vec());
         let request = async move { fs.write(fh.0, offset, &data).await };
-        self.answer(op("write", ino).fh(fh), reply, request, |r, n| r.written(n));
+        self.answer(op(req, "write", ino).fh(fh), reply, request, |r, n| r.written(n));
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.answer_named(
-            "unlink",
-            parent,
+            op(req, "unlink", parent),
             name,
             FsError::NotFound,
             reply,
@@ -304,11 +300,10 @@ impl Filesystem for ZarrFuse {
         );
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
         let ttl = self.ttl();
         self.answer_named(
-            "mkdir",
-            parent,
+            op(req, "mkdir", parent),
             name,
             FsError::InvalidName,
             reply,
@@ -317,10 +312,9 @@ impl Filesystem for ZarrFuse {
         );
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.answer_named(
-            "rmdir",
-            parent,
+            op(req, "rmdir", parent),
             name,
             FsError::NotFound,
             reply,
@@ -331,7 +325,7 @@ impl Filesystem for ZarrFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         new_parent: INodeNo,
@@ -347,8 +341,7 @@ impl Filesystem for ZarrFuse {
         }
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         self.answer_named(
-            "rename",
-            parent,
+            op(req, "rename", parent),
             name,
             FsError::InvalidName,
             reply,

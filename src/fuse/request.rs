@@ -14,27 +14,30 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::Context;
 
-use fuser::{FileHandle, INodeNo};
+use fuser::{FileHandle, INodeNo, Request};
 use tracing::Instrument;
 
 use super::adapter::ZarrFuse;
 use super::reply::ErrorReply;
 use crate::fs::{Fs, FsError, FsResult};
 
-/// The request being answered, for its span and its failure log.
+/// The request being answered, for its span and its failure log, and who sent it.
 pub(super) struct Op<'a> {
     name: &'static str,
     ino: u64,
     fh: Option<u64>,
     entry: Option<&'a str>,
+    /// The calling thread's id.
+    pid: u32,
 }
 
-pub(super) fn op(name: &'static str, ino: INodeNo) -> Op<'static> {
+pub(super) fn op(req: &Request, name: &'static str, ino: INodeNo) -> Op<'static> {
     Op {
         name,
         ino: ino.0,
         fh: None,
         entry: None,
+        pid: req.pid(),
     }
 }
 
@@ -43,10 +46,13 @@ impl<'a> Op<'a> {
         Op { fh: Some(fh.0), ..self }
     }
 
-    pub(super) fn entry(self, entry: &'a str) -> Op<'a> {
+    pub(super) fn entry<'b>(self, entry: &'b str) -> Op<'b> {
         Op {
+            name: self.name,
+            ino: self.ino,
+            fh: self.fh,
             entry: Some(entry),
-            ..self
+            pid: self.pid,
         }
     }
 
@@ -70,7 +76,8 @@ impl ZarrFuse {
     }
 
     /// Answer a request: `done` replies with its value, a failure replies with its errno (and
-    /// is logged as loudly as the error says).
+    /// is logged as loudly as the error says). A request the daemon sent itself is refused
+    /// before anything runs (see [`from_this_daemon`]).
     pub(super) fn answer<R: ErrorReply, T: Send + 'static>(
         &self,
         op: Op<'_>,
@@ -79,6 +86,10 @@ impl ZarrFuse {
         done: impl FnOnce(R, T) + Send + 'static,
     ) {
         let (fs, name, ino) = (self.fs.clone(), op.name, op.ino);
+        if from_this_daemon(op.pid) {
+            fs.fail(name, ino, &FsError::OwnMount);
+            return reply.fail(&FsError::OwnMount);
+        }
         let span = op.span();
         self.run(
             name,
@@ -100,8 +111,7 @@ impl ZarrFuse {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn answer_named<R: ErrorReply, T: Send + 'static, F>(
         &self,
-        op_name: &'static str,
-        ino: INodeNo,
+        op: Op<'static>,
         name: &OsStr,
         refusal: FsError,
         reply: R,
@@ -114,6 +124,17 @@ impl ZarrFuse {
             return reply.fail(&refusal);
         };
         let request = request(self.fs.clone(), name.to_string());
-        self.answer(op(op_name, ino).entry(name), reply, request, done);
+        self.answer(op.entry(name), reply, request, done);
     }
+}
+
+/// Whether `pid`, the thread that made a request, is one of this daemon's. The daemon reaches
+/// its own mount only through its source: a symlink or bind mount in a local source that
+/// leads into the mountpoint (a source that contains the mountpoint is refused at mount). Its
+/// thread then waits in the kernel for the answer to a request that another FUSE thread would
+/// serve by going through the mount again, and so on until every FUSE thread waits and the
+/// mount hangs for good. Such a request is refused at once (ELOOP), so the daemon's own access
+/// fails instead. One `stat` of procfs per request.
+fn from_this_daemon(pid: u32) -> bool {
+    pid != 0 && std::path::Path::new(&format!("/proc/self/task/{pid}")).exists()
 }

@@ -4,6 +4,8 @@
   are refused, naming both: the daemon would read its own source through its own mount and the
   first `find` would hang in uninterruptible sleep. Through every way of mounting: `zarrfs
   mount` daemonized and in the foreground, and the FUSE mount helper (`mount -t fuse`).
+- A symlink in a local source that leads into the mountpoint is not refused at mount; the
+  daemon's own requests to its mount are refused (ELOOP) instead, so nothing waits on itself.
 - A local source with no Zarr in it or below it is mounted writable with one warning (on
   stderr and in the log), and refused read-only.
 
@@ -145,6 +147,50 @@ def test_find_does_not_hang(zarrfs_bin, tmp_path):
         tear_down_mounts(zarrfs_bin, root)
         pytest.fail("find hung")
     assert found.returncode == 0 and found.stdout.split() == [str(root / "data/mnt")]
+
+
+def run_or_abort(argv: list, mount: Mount, seconds: float) -> subprocess.CompletedProcess:
+    """Run `argv`; if it has not ended within `seconds` (a process waiting on a hung FUSE
+    request cannot be killed), abort the mount's connection, which ends the wait, and fail."""
+    proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        abort_connection(mount.dev)
+        proc.kill()
+        proc.communicate(timeout=30)
+        pytest.fail(f"{argv} hung on the mount (its connection was aborted)")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("target", ["mountpoint", "above it"])
+def test_a_symlink_in_the_source_into_the_mount_fails_instead_of_hanging(zarrfs_bin, tmp_path, target):
+    """A symlink in the source that leads into the mountpoint passes the mount-time check. The
+    daemon following it reaches its own mount; those requests are refused (ELOOP), so the
+    walk ends with an error on that entry and the mount goes on serving. (Before, every FUSE
+    thread ended up waiting on the mount itself, and `find` hung for good.)"""
+    root = Path(os.path.realpath(tmp_path))
+    source, mnt = root / "src", root / "outer" / "mnt"
+    source.mkdir()
+    mnt.mkdir(parents=True)
+    (source / "zarr.json").write_text('{"zarr_format": 3, "node_type": "group", "attributes": {}}')
+    (source / "loop").symlink_to(mnt if target == "mountpoint" else mnt.parent)
+    m = Mount(zarrfs_bin, str(source), mnt, [], root / "zarrfs.log")
+    m.start()
+    try:
+        found = run_or_abort(["find", mnt], m, 20)
+        # Walked to the end: the Zarr document is listed, the loop is an error, nothing hung.
+        assert str(mnt / "zarr.json") in found.stdout.split(), found
+        assert found.returncode != 0 and "loop" in found.stderr, found
+        assert run_or_abort(["ls", mnt / "loop"], m, 20).returncode != 0
+        assert (mnt / "zarr.json").read_text().startswith('{"zarr_format": 3'), "the mount stopped serving"
+        assert m.alive()
+        assert "the daemon reached its own mount through its source" in m.log_text()
+    finally:
+        if m.alive():
+            m.stop()
+        tear_down_mounts(zarrfs_bin, root)
 
 
 def test_an_unrelated_mountpoint_next_to_the_source_mounts(zarrfs_bin, tmp_path):
