@@ -167,6 +167,8 @@ pub(crate) fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), Str
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("zarrfs-io")
+        .on_thread_start(crate::threads::register_serving)
+        .on_thread_stop(crate::threads::unregister_serving)
         .build()?;
     let (fs, mounted) = match start(settings, &runtime) {
         Ok(started) => started,

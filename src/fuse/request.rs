@@ -64,6 +64,7 @@ impl<'a> Op<'a> {
 impl ZarrFuse {
     /// Run a request: inline if it completes at once, else as a task on the runtime.
     pub(super) fn run(&self, op: &'static str, request: impl Future<Output = ()> + Send + 'static) {
+        crate::threads::register_serving();
         let _context = self.rt.enter();
         let mut request = Box::pin(request);
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
@@ -128,13 +129,14 @@ impl ZarrFuse {
     }
 }
 
-/// Whether `pid`, the thread that made a request, is one of this daemon's. The daemon reaches
-/// its own mount only through its source: a symlink or bind mount in a local source that
-/// leads into the mountpoint (a source that contains the mountpoint is refused at mount). Its
-/// thread then waits in the kernel for the answer to a request that another FUSE thread would
-/// serve by going through the mount again, and so on until every FUSE thread waits and the
-/// mount hangs for good. Such a request is refused at once (ELOOP), so the daemon's own access
-/// fails instead. One `stat` of procfs per request.
+/// Whether `pid`, the thread that made a request, serves this mount (a FUSE thread or one of
+/// the runtime's). Such a thread reaches its own mount only through the source: a symlink or
+/// bind mount in a local source that leads into the mountpoint (a source that contains the
+/// mountpoint is refused at mount). It then waits in the kernel for the answer to a request
+/// that another FUSE thread would serve by going through the mount again, and so on until
+/// every FUSE thread waits and the mount hangs for good. Such a request is refused at once
+/// (ELOOP), so the daemon's own access fails instead. Other threads of the process (a test
+/// that mounts in-process) are served as any caller.
 fn from_this_daemon(pid: u32) -> bool {
-    pid != 0 && std::path::Path::new(&format!("/proc/self/task/{pid}")).exists()
+    crate::threads::is_serving(pid)
 }
