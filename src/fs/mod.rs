@@ -204,8 +204,32 @@ impl Fs {
             return Ok(attr);
         }
         let node = self.node(&at).await?;
-        let ino = self.inodes.lookup(&path);
-        Ok(self.attr(ino, &node))
+        Ok(self.entry_attr(&path, &node))
+    }
+
+    /// The inode and attributes a name is handed to the kernel with (one lookup counted). With
+    /// the page cache, a file's inode never changes size: another size gets another inode (see
+    /// `fs/inodes/sizes.rs`).
+    pub(crate) fn entry_attr(&self, path: &str, node: &Node) -> Attr {
+        if !self.config.page_cache() {
+            let ino = self.inodes.lookup(path);
+            return self.attr(ino, node);
+        }
+        let ino = self.inodes.lookup_sized(path, (!node.is_dir()).then_some(node.size));
+        let attr = self.attr(ino, node);
+        if !node.is_dir() {
+            self.inodes.show(ino, attr);
+        }
+        attr
+    }
+
+    /// With the page cache, the bytes of a file whose size is not its inode's are another
+    /// inode's: `Replaced` (ESTALE) for whatever would read them through this one.
+    fn check_size(&self, ino: u64, node: &Node) -> FsResult<()> {
+        match self.config.page_cache() && !node.is_dir() && self.inodes.shown_if_resized(ino, node.size).is_some() {
+            true => Err(FsError::Replaced),
+            false => Ok(()),
+        }
     }
 
     /// The node at a placed path: the view's, or a directory only the mount knows of.
@@ -230,6 +254,11 @@ impl Fs {
             return Ok(attr);
         }
         let node = self.node(&at).await?;
+        if self.config.page_cache() && !node.is_dir() {
+            if let Some(shown) = self.inodes.shown_if_resized(ino, node.size) {
+                return Ok(shown);
+            }
+        }
         Ok(self.attr(ino, &node))
     }
 
@@ -283,6 +312,7 @@ impl Fs {
         match self.view.current(&at).await? {
             Some(node) if node.is_dir() => Err(FsError::IsADirectory),
             Some(node) => {
+                self.check_size(ino, &node)?;
                 let content = node.content_id();
                 Ok((self.files.insert(FileHandle::reader(self.view.open(node))), content))
             }

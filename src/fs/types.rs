@@ -46,7 +46,8 @@ impl FsConfig {
     /// by the daemon and a short answer is a short read, as on a local filesystem. Shared
     /// `mmap` still works (`FUSE_DIRECT_IO_ALLOW_MMAP`). A read-only mount's files change only
     /// when its source does, seen after `--metadata-ttl`; it keeps the cache, which makes warm
-    /// re-reads free.
+    /// re-reads free, and gives a file that changed size a new inode instead of resizing the
+    /// one being read (`fs/inodes/sizes.rs`).
     pub fn page_cache(&self) -> bool {
         !self.writable
     }

@@ -88,6 +88,7 @@ impl Fs {
             Some(node) => node,
             None => return Err(FsError::NotFound),
         };
+        self.check_size(ino, &node)?;
         let file = OpenFile::new(node);
         let bytes = self.view.read_open(&file, offset, u64::from(size)).await?;
         if let Some(whole) = file.whole().await {

@@ -110,11 +110,12 @@ pub fn directory(fs: &Fs, mut reply: ReplyDirectory, items: impl Iterator<Item =
 /// `items` as far as they fit.
 pub fn directory_plus(fs: &Fs, mut reply: ReplyDirectoryPlus, ttl: &Duration, items: impl Iterator<Item = DirItem>) {
     for item in items {
-        let child = fs.entry_ino(&item, true);
-        let attr = match &item.node {
-            Some(node) => fs.attr(child, node),
-            None => fs.attr(child, &crate::view::Node::dir()),
+        let attr = match (&item.node, item.ino) {
+            (_, Some(ino)) => fs.attr(ino, item.node.as_ref().unwrap_or(&crate::view::Node::dir())),
+            (Some(node), None) => fs.entry_attr(&item.path, node),
+            (None, None) => fs.entry_attr(&item.path, &crate::view::Node::dir()),
         };
+        let child = attr.ino;
         if reply.add(
             INodeNo(child),
             item.offset,

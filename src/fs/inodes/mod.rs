@@ -13,6 +13,7 @@
 //! awaited while it is held.
 
 mod held;
+mod sizes;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,6 +32,9 @@ struct Inode {
     content: Option<ContentId>,
     /// Removed through this mount since the kernel last had it from a lookup or a create.
     unlinked: bool,
+    /// On a mount that keeps the page cache: the version of the file and the attributes the
+    /// kernel was given for this inode, which never change (see `sizes.rs`).
+    shown: Option<sizes::Shown>,
 }
 
 #[derive(Debug)]
@@ -94,6 +98,7 @@ impl Tables {
             local: None,
             content: None,
             unlinked: false,
+            shown: None,
         };
         self.by_ino.insert(ino, inode);
         self.by_path.insert(path, ino);
@@ -147,6 +152,7 @@ impl InodeTable {
             local: None,
             content: None,
             unlinked: false,
+            shown: None,
         };
         by_ino.insert(ROOT_INO, inode);
         let mut by_path = HashMap::new();
