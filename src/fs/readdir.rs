@@ -119,15 +119,12 @@ impl Fs {
         })
     }
 
-    /// The inode number of a listed entry. With `count` (readdirplus hands the kernel an
-    /// entry) one lookup is counted; plain readdir only reports a number, which for a name the
-    /// kernel has not looked up is a stable hash of its path outside the table's range.
-    pub fn entry_ino(&self, item: &DirItem, count: bool) -> u64 {
+    /// The inode number of a listed entry for a plain readdir, which only reports a number:
+    /// for a name the kernel has not looked up, a stable hash of its path outside the table's
+    /// range. (readdirplus hands the kernel entries with a counted lookup: `Fs::entry_attr`.)
+    pub fn entry_ino(&self, item: &DirItem) -> u64 {
         if let Some(ino) = item.ino {
             return ino;
-        }
-        if count {
-            return self.inodes.lookup(&item.path);
         }
         self.inodes.peek(&item.path).unwrap_or_else(|| {
             use std::hash::{Hash, Hasher};

@@ -98,7 +98,7 @@ pub fn open_flags(opened: &Opened) -> FopenFlags {
 /// Fill a directory reply with `items` as far as they fit.
 pub fn directory(fs: &Fs, mut reply: ReplyDirectory, items: impl Iterator<Item = DirItem>) {
     for item in items {
-        let child = fs.entry_ino(&item, false);
+        let child = fs.entry_ino(&item);
         if reply.add(INodeNo(child), item.offset, file_type(item.kind), &item.name) {
             break;
         }
