@@ -47,6 +47,10 @@ pub struct WireCounts {
     /// Keys asked for by name to list a directory of a source that cannot be listed (a HEAD
     /// each).
     pub key_probes: u64,
+    /// Requests sent and not yet answered whole (their body still arriving), now.
+    pub requests_in_flight: u64,
+    /// The most requests in flight at once since the mount.
+    pub requests_in_flight_peak: u64,
 }
 
 #[derive(Debug)]
@@ -56,6 +60,8 @@ pub struct WireStats {
     retries: AtomicU64,
     dir_probes: AtomicU64,
     key_probes: AtomicU64,
+    in_flight: AtomicU64,
+    in_flight_peak: AtomicU64,
     /// As the client is configured: retries per operation, and their time budget.
     max_retries: u32,
     budget: Duration,
@@ -80,6 +86,8 @@ impl WireStats {
             retries: AtomicU64::new(0),
             dir_probes: AtomicU64::new(0),
             key_probes: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            in_flight_peak: AtomicU64::new(0),
             max_retries: u32::try_from(max_retries).unwrap_or(u32::MAX),
             budget,
             failed: Mutex::new(HashMap::new()),
@@ -93,6 +101,8 @@ impl WireStats {
             retries: self.retries.load(Relaxed),
             dir_probes: self.dir_probes.load(Relaxed),
             key_probes: self.key_probes.load(Relaxed),
+            requests_in_flight: self.in_flight.load(Relaxed),
+            requests_in_flight_peak: self.in_flight_peak.load(Relaxed),
         }
     }
 
@@ -104,6 +114,13 @@ impl WireStats {
     /// A key is asked for to list a directory (a source that cannot be listed).
     pub fn probed_key(&self) {
         self.key_probes.fetch_add(1, Relaxed);
+    }
+
+    /// A request starts; it is in flight until the guard is dropped.
+    fn start(self: &Arc<Self>) -> InFlight {
+        let now = self.in_flight.fetch_add(1, Relaxed) + 1;
+        self.in_flight_peak.fetch_max(now, Relaxed);
+        InFlight(self.clone())
     }
 
     fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {
@@ -155,6 +172,16 @@ impl WireStats {
     }
 }
 
+/// One request in flight, counted until dropped (its body read or abandoned).
+#[derive(Debug)]
+struct InFlight(Arc<WireStats>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
 /// Whether an answer is one object_store retries.
 pub(crate) fn transient(status: http::StatusCode) -> bool {
     status.is_server_error()
@@ -197,8 +224,13 @@ impl HttpService for CountingService {
         let safe = req.method() == http::Method::GET || req.method() == http::Method::HEAD;
         let req_is_page = req.method() == http::Method::GET && req.uri().path().ends_with('/');
         self.stats.sent(&request);
-        match self.inner.execute(req).await {
+        let in_flight = self.stats.start();
+        let sent = Instant::now();
+        let answer = self.inner.execute(req).await;
+        let ms = sent.elapsed().as_secs_f64() * 1e3;
+        match answer {
             Ok(response) => {
+                tracing::debug!(status = response.status().as_u16(), ms, "{request}");
                 if transient(response.status()) {
                     self.stats.failed(&request, true);
                 } else {
@@ -214,10 +246,12 @@ impl HttpService for CountingService {
                         request,
                         resumable,
                         stats,
+                        _in_flight: in_flight,
                     })
                 }))
             }
             Err(e) => {
+                tracing::debug!(ms, "{request}: {e}");
                 let retried = match e.kind() {
                     HttpErrorKind::Connect | HttpErrorKind::Request => true,
                     HttpErrorKind::Timeout | HttpErrorKind::Interrupted => safe,
@@ -236,6 +270,7 @@ struct WatchedBody {
     request: String,
     resumable: bool,
     stats: Arc<WireStats>,
+    _in_flight: InFlight,
 }
 
 impl Body for WatchedBody {
