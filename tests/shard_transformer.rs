@@ -1120,7 +1120,7 @@ fn remote_like(prefetch: u64, cache: usize) -> ShardOptions {
     ShardOptions {
         revalidate_after: Duration::from_secs(3600),
         prefetch_bytes: prefetch,
-        data_cache: Some(Arc::new(zarrfs::shard::DataCache::new(cache))),
+        data_cache: Some(Arc::new(zarrfs::shard::DataCache::new(cache, Default::default()))),
         revalidate_on_open: false,
         exact_prefix_dirs: false,
         ..Default::default()

@@ -99,6 +99,10 @@ pub struct ShardedArray {
     pub(super) commits: super::commit::CommitQueues,
     /// This mount has written to the array (its prefix directories are then always exact).
     pub(super) written: std::sync::atomic::AtomicBool,
+    /// Index loads in progress, one per shard (`read_ahead`).
+    pub(super) loads: super::read_ahead::Loads,
+    /// The array itself, once [`shared`](Self::shared): what a background read-ahead holds.
+    pub(super) me: std::sync::OnceLock<std::sync::Weak<ShardedArray>>,
 }
 
 impl ShardedArray {
@@ -140,7 +144,16 @@ impl ShardedArray {
             options,
             commits: Default::default(),
             written: Default::default(),
+            loads: Default::default(),
+            me: Default::default(),
         })
+    }
+
+    /// The array, shared: as such it can read ahead in the background (`read_ahead`).
+    pub fn shared(self) -> Arc<Self> {
+        let array = Arc::new(self);
+        let _ = array.me.set(Arc::downgrade(&array));
+        array
     }
 
     pub fn ndim(&self) -> usize {

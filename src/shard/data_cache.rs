@@ -5,8 +5,13 @@
 //! prefetch window), or a larger range fetched when a reader walks the shard's chunks. A region
 //! is tied to the shard version it was read from; a read pinned to another version never uses
 //! it. The cache is bounded in bytes, least recently used regions go first.
+//!
+//! A region fetched ahead of a walk (`read_ahead`) is marked until a read uses it: the bytes of
+//! such regions are counted as used when read, as wasted when they leave the cache unread, and
+//! their unread total bounds how far read-ahead may go.
 
-use std::sync::Mutex;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use lru::LruCache;
@@ -21,24 +26,63 @@ struct Region {
     bytes: Bytes,
     /// Reads of this shard that the region could not serve (a walker needs a larger region).
     misses: u32,
+    /// Fetched ahead of a walk and not read yet.
+    ahead: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    regions: LruCache<String, Region>,
+    /// Bytes of all regions.
+    used: usize,
+    /// Bytes of regions fetched ahead and not read yet.
+    unread_ahead: u64,
+}
+
+impl State {
+    fn remove(&mut self, shard: &str, stats: &super::ShardStats) -> Option<Region> {
+        let old = self.regions.pop(shard)?;
+        self.dropped(&old, stats);
+        Some(old)
+    }
+
+    fn dropped(&mut self, old: &Region, stats: &super::ShardStats) {
+        self.used -= old.bytes.len();
+        if old.ahead {
+            self.unread_ahead -= old.bytes.len() as u64;
+            stats.ahead_wasted_bytes.fetch_add(old.bytes.len() as u64, Relaxed);
+        }
+    }
 }
 
 #[derive(Debug)]
 pub struct DataCache {
     capacity: usize,
-    state: Mutex<(LruCache<String, Region>, usize)>,
+    state: Mutex<State>,
+    stats: Arc<super::ShardStats>,
 }
 
 impl DataCache {
-    pub fn new(capacity: usize) -> Self {
+    /// A cache of at most `capacity` bytes, counting its read-ahead in `stats`.
+    pub fn new(capacity: usize, stats: Arc<super::ShardStats>) -> Self {
         DataCache {
             capacity,
-            state: Mutex::new((LruCache::unbounded(), 0)),
+            state: Mutex::new(State {
+                regions: LruCache::unbounded(),
+                used: 0,
+                unread_ahead: 0,
+            }),
+            stats,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (LruCache<String, Region>, usize)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes fetched ahead of a walk that no read has used yet.
+    pub fn unread_ahead(&self) -> u64 {
+        self.lock().unread_ahead
     }
 
     pub fn capacity(&self) -> usize {
@@ -49,28 +93,38 @@ impl DataCache {
     /// cached shard is counted (see [`misses`](Self::misses)).
     pub fn get(&self, shard: &str, version: &Version, offset: u64, len: u64) -> Option<Bytes> {
         let mut state = self.lock();
-        let region = state.0.get_mut(shard)?;
+        let region = state.regions.get_mut(shard)?;
         if region.version != *version {
             return None;
         }
+        let first_read_ahead = region.ahead && {
+            region.ahead = false;
+            true
+        };
         let covered = offset
             .checked_sub(region.offset)
             .and_then(|start| Some((start, start.checked_add(len)?)))
             .filter(|(_, end)| *end <= region.bytes.len() as u64);
-        match covered {
+        let got = match covered {
             Some((start, end)) => Some(region.bytes.slice(start as usize..end as usize)),
             None => {
                 region.misses += 1;
                 None
             }
+        };
+        if first_read_ahead {
+            let len = region.bytes.len() as u64;
+            state.unread_ahead -= len;
+            self.stats.ahead_used_bytes.fetch_add(len, Relaxed);
         }
+        got
     }
 
     /// How many reads of this version of the shard its cached region could not serve.
     pub fn misses(&self, shard: &str, version: &Version) -> u32 {
         let state = self.lock();
         state
-            .0
+            .regions
             .peek(shard)
             .filter(|r| r.version == *version)
             .map_or(0, |r| r.misses)
@@ -78,39 +132,47 @@ impl DataCache {
 
     /// Keep `bytes` read from absolute `offset` of this version of the shard.
     pub fn put(&self, shard: &str, version: &Version, offset: u64, bytes: Bytes) {
+        self.keep(shard, version, offset, bytes, false);
+    }
+
+    /// Keep `bytes` fetched ahead of a walk, as [`put`](Self::put) does.
+    pub fn put_ahead(&self, shard: &str, version: &Version, offset: u64, bytes: Bytes) {
+        self.keep(shard, version, offset, bytes, true);
+    }
+
+    fn keep(&self, shard: &str, version: &Version, offset: u64, bytes: Bytes, ahead: bool) {
         if bytes.len() > self.capacity {
             return;
         }
         let mut state = self.lock();
         let misses = state
-            .0
+            .regions
             .peek(shard)
             .filter(|r| r.version == *version)
             .map_or(0, |r| r.misses);
-        if let Some(old) = state.0.pop(shard) {
-            state.1 -= old.bytes.len();
-        }
-        while state.1 + bytes.len() > self.capacity {
-            match state.0.pop_lru() {
-                Some((_, old)) => state.1 -= old.bytes.len(),
+        state.remove(shard, &self.stats);
+        while state.used + bytes.len() > self.capacity {
+            match state.regions.pop_lru() {
+                Some((_, old)) => state.dropped(&old, &self.stats),
                 None => break,
             }
         }
-        state.1 += bytes.len();
+        state.used += bytes.len();
+        if ahead {
+            state.unread_ahead += bytes.len() as u64;
+        }
         let region = Region {
             version: version.clone(),
             offset,
             bytes,
             misses,
+            ahead,
         };
-        state.0.put(shard.to_string(), region);
+        state.regions.put(shard.to_string(), region);
     }
 
     pub fn forget(&self, shard: &str) {
-        let mut state = self.lock();
-        if let Some(old) = state.0.pop(shard) {
-            state.1 -= old.bytes.len();
-        }
+        self.lock().remove(shard, &self.stats);
     }
 }
 
@@ -120,7 +182,7 @@ mod tests {
 
     #[test]
     fn regions_by_version_bounded_and_counting_misses() {
-        let cache = DataCache::new(100);
+        let cache = DataCache::new(100, Default::default());
         let v1 = Version("1".into());
         cache.put("s", &v1, 40, Bytes::from(vec![7u8; 60]));
         assert_eq!(cache.get("s", &v1, 50, 10).unwrap().len(), 10);

@@ -16,8 +16,6 @@ use crate::zarr::shard_index::ShardIndex;
 use crate::zarr::sharding::{IndexLocation, ShardLevel};
 
 impl ShardedArray {
-    /// The stored shard's own index, from the cache when its version was confirmed less than
-    /// `max_age` ago.
     /// Whether the shard's index is cached and fresh (reading it sends nothing).
     pub(super) fn index_is_fresh(&self, shard_key: &str) -> bool {
         let key = IndexKey {
@@ -29,10 +27,27 @@ impl ShardedArray {
             .is_some_and(|cached| cached.age() < self.options.revalidate_after)
     }
 
+    /// The stored shard's own index, from the cache when its version was confirmed less than
+    /// `max_age` ago.
     pub(super) async fn top_index(
         &self,
         shard_key: &str,
         max_age: Duration,
+    ) -> Result<Option<Arc<CachedIndex>>, ShardError> {
+        self.top_index_for(shard_key, max_age, false).await
+    }
+
+    /// The stored shard's index, loaded ahead of a walk (`read_ahead`) unless cached: its
+    /// prefetch window is marked as such in the data cache.
+    pub(super) async fn top_index_ahead(&self, shard_key: &str) -> Result<Option<Arc<CachedIndex>>, ShardError> {
+        self.top_index_for(shard_key, self.options.revalidate_after, true).await
+    }
+
+    async fn top_index_for(
+        &self,
+        shard_key: &str,
+        max_age: Duration,
+        ahead: bool,
     ) -> Result<Option<Arc<CachedIndex>>, ShardError> {
         let key = IndexKey {
             shard: shard_key.to_string(),
@@ -42,6 +57,9 @@ impl ShardedArray {
             if cached.age() < max_age {
                 super::ShardStats::add(&self.options.stats.index_hits);
                 return Ok(Some(cached));
+            }
+            if ahead {
+                return Ok(None); // revalidating is the walk's own business
             }
             match self.store.head(shard_key).await? {
                 Some(meta) if meta.version == cached.version => {
@@ -55,12 +73,20 @@ impl ShardedArray {
                 }
             }
         }
-        super::ShardStats::add(&self.options.stats.index_misses);
+        // One load per shard at a time: whoever waited here finds the other's load cached.
+        let _loading = self.loads.lock(shard_key).await;
+        if let Some(cached) = self.cache.get(&key).filter(|c| c.age() < max_age) {
+            super::ShardStats::add(&self.options.stats.index_hits);
+            return Ok(Some(cached));
+        }
+        if !ahead {
+            super::ShardStats::add(&self.options.stats.index_misses);
+        }
         let Some(level) = self.layout.levels.first() else {
             return Err(bad_layout(&self.prefix));
         };
         let since = self.cache.generation();
-        let Some(loaded) = self.load_top_index(shard_key, level).await? else {
+        let Some(loaded) = self.load_top_index(shard_key, level, ahead).await? else {
             return Ok(None);
         };
         let loaded = Arc::new(loaded);
@@ -68,7 +94,12 @@ impl ShardedArray {
         Ok(Some(loaded))
     }
 
-    async fn load_top_index(&self, shard_key: &str, level: &ShardLevel) -> Result<Option<CachedIndex>, ShardError> {
+    async fn load_top_index(
+        &self,
+        shard_key: &str,
+        level: &ShardLevel,
+        ahead: bool,
+    ) -> Result<Option<CachedIndex>, ShardError> {
         let index_size = level.index_size();
         // With a data cache, read a prefetch window along with the index: the whole shard
         // when it fits, so that its chunks cost no further request.
@@ -101,7 +132,14 @@ impl ShardedArray {
         let index = decode_index(shard_key, &[], &index_bytes, level, 0, size)?;
         // Cached even when only the index came: later misses on it reveal a walking reader.
         if let Some(cache) = &self.options.data_cache {
-            cache.put(shard_key, &got.meta.version, got.offset, got.bytes.clone());
+            if ahead {
+                let stats = &self.options.stats;
+                super::ShardStats::add(&stats.ahead_indexes);
+                stats.ahead_bytes.fetch_add(got_len, std::sync::atomic::Ordering::Relaxed);
+                cache.put_ahead(shard_key, &got.meta.version, got.offset, got.bytes.clone());
+            } else {
+                cache.put(shard_key, &got.meta.version, got.offset, got.bytes.clone());
+            }
         }
         Ok(Some(CachedIndex::new(&got.meta, index.0, index.1)))
     }

@@ -13,6 +13,7 @@
 //! coordinate of the next level unverified (such stores are read-only, so a directory shown
 //! that holds nothing misleads no writer), and the last level lists nothing, with a warning.
 
+use super::read_ahead::INDEX_FETCHES;
 use super::{ChunkLocation, ShardError, ShardedArray};
 use crate::store::{DirEntry, EntryKind};
 use crate::zarr::grid::box_coords;
@@ -39,7 +40,7 @@ impl ShardedArray {
         format!("{}{}", self.prefix, self.encoding.dir_of(shard_prefix))
     }
 
-    fn shard_prefix_of(&self, prefix: &[u64]) -> Vec<u64> {
+    pub(super) fn shard_prefix_of(&self, prefix: &[u64]) -> Vec<u64> {
         prefix.iter().zip(&self.per_shard).map(|(i, k)| i / k).collect()
     }
 
@@ -83,31 +84,43 @@ impl ShardedArray {
     }
 
     /// Coordinates of the stored shards whose leading coordinates are `shard_prefix` (a walk of
-    /// the shard directories below it; `/` separators).
-    async fn shards_under(&self, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>, ShardError> {
+    /// the shard directories below it, each level's directories listed concurrently; `/`
+    /// separators).
+    pub(super) async fn shards_under(&self, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>, ShardError> {
+        use futures::{StreamExt, TryStreamExt};
         if !self.store.capabilities().listable {
             return self.probe_shards(shard_prefix).await;
         }
         let mut found = Vec::new();
-        let mut pending = vec![shard_prefix.to_vec()];
-        while let Some(prefix) = pending.pop() {
-            let leaf = prefix.len() + 1 == self.ndim();
-            for entry in self.store.list_dir(&self.shard_dir(&prefix)).await? {
-                let is_file = matches!(entry.kind, EntryKind::File { .. });
-                let level = prefix.len();
-                let Some(c) = self
-                    .encoding
-                    .parse_level(level, &entry.name)
-                    .filter(|_| is_file == leaf)
-                else {
-                    continue;
-                };
-                let mut coords = prefix.clone();
-                coords.push(c);
-                if leaf {
-                    found.push(coords);
-                } else {
-                    pending.push(coords);
+        let mut level = vec![shard_prefix.to_vec()];
+        while !level.is_empty() {
+            let listed: Vec<_> = futures::stream::iter(level)
+                .map(|prefix| async move {
+                    let entries = self.store.list_dir(&self.shard_dir(&prefix)).await?;
+                    Ok::<_, ShardError>((prefix, entries))
+                })
+                .buffered(INDEX_FETCHES)
+                .try_collect()
+                .await?;
+            level = Vec::new();
+            for (prefix, entries) in listed {
+                let leaf = prefix.len() + 1 == self.ndim();
+                for entry in entries {
+                    let is_file = matches!(entry.kind, EntryKind::File { .. });
+                    let Some(c) = self
+                        .encoding
+                        .parse_level(prefix.len(), &entry.name)
+                        .filter(|_| is_file == leaf)
+                    else {
+                        continue;
+                    };
+                    let mut coords = prefix.clone();
+                    coords.push(c);
+                    if leaf {
+                        found.push(coords);
+                    } else {
+                        level.push(coords);
+                    }
                 }
             }
         }
@@ -219,6 +232,7 @@ impl ShardedArray {
         }
         let dim = prefix.len();
         let leaf = dim + 1 == self.ndim();
+        self.read_ahead_after(prefix);
         if !leaf && !self.exact_prefixes() {
             return self.list_prefix_dir_from_shards(prefix).await;
         }
@@ -234,7 +248,9 @@ impl ShardedArray {
             }
         }
         let mut children = std::collections::BTreeMap::new();
-        for shard in self.shards_under(&self.shard_prefix_of(prefix)).await? {
+        let shards = self.shards_under(&self.shard_prefix_of(prefix)).await?;
+        self.fetch_indexes(&shards).await;
+        for shard in shards {
             let mut slice = self.slice_of_shard(&shard, prefix);
             slice.retain(|coords| leaf || !children.contains_key(&coords[dim]));
             match self.present_in_shard(&shard, slice.clone()).await {
@@ -335,6 +351,7 @@ impl ShardedArray {
         } else {
             self.probe_shards(&[]).await?
         };
+        self.fetch_indexes(&shards).await;
         for shard in shards {
             for (coords, loc) in self.chunks_of_shard(&shard).await? {
                 out.push(file(self.encoding.encode(&coords), loc.nbytes, loc.mtime_ns));

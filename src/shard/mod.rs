@@ -18,6 +18,7 @@ pub mod index_cache;
 mod index_read;
 mod listing;
 pub mod outer;
+mod read_ahead;
 pub mod stats;
 mod store_impl;
 

@@ -14,6 +14,13 @@ pub struct ShardStats {
     pub conflicts: AtomicU64,
     /// Shards whose index a listing read because the store could not list them.
     pub probes: AtomicU64,
+    /// Shard indexes fetched ahead of a walk (`read_ahead`), and the shard bytes that came
+    /// with them.
+    pub ahead_indexes: AtomicU64,
+    pub ahead_bytes: AtomicU64,
+    /// Bytes fetched ahead that a read used, and that left the cache unread.
+    pub ahead_used_bytes: AtomicU64,
+    pub ahead_wasted_bytes: AtomicU64,
 }
 
 impl ShardStats {
@@ -32,6 +39,10 @@ impl ShardStats {
             ("shard_commits", &self.commits),
             ("commit_conflicts", &self.conflicts),
             ("shard_probes", &self.probes),
+            ("read_ahead_indexes", &self.ahead_indexes),
+            ("read_ahead_bytes", &self.ahead_bytes),
+            ("read_ahead_used_bytes", &self.ahead_used_bytes),
+            ("read_ahead_wasted_bytes", &self.ahead_wasted_bytes),
         ] {
             out.insert(name.to_string(), counter.load(Relaxed).into());
         }

@@ -76,7 +76,9 @@ fn relative<'a>(dir: &str, path: &'a str) -> &'a str {
 impl View {
     pub fn new(store: Arc<dyn Store>, options: &ViewOptions) -> Self {
         let index_cache = Arc::new(IndexCache::new(options.index_cache_bytes));
-        let data_cache = (options.data_cache_bytes > 0).then(|| Arc::new(DataCache::new(options.data_cache_bytes)));
+        let stats = Arc::new(ShardStats::default());
+        let data_cache = (options.data_cache_bytes > 0)
+            .then(|| Arc::new(DataCache::new(options.data_cache_bytes, stats.clone())));
         let shard_options = ShardOptions {
             revalidate_after: options.metadata_ttl,
             prefetch_bytes: if data_cache.is_some() {
@@ -92,7 +94,7 @@ impl View {
                 options.index_cache_bytes.saturating_add(options.data_cache_bytes),
             )),
             data_cache,
-            stats: Arc::new(ShardStats::default()),
+            stats,
         };
         let stats = shard_options.stats.clone();
         let nodes = NodeCache::new(store.clone(), index_cache, shard_options, options.metadata_ttl);

@@ -293,7 +293,7 @@ impl NodeCache {
                 dir: dir.to_string(),
                 meta_key: key.to_string(),
                 draft,
-                array: Arc::new(array),
+                array: array.shared(),
                 rewritten,
                 stored: meta.raw.clone(),
                 mtime_ns,

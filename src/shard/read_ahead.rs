@@ -1,0 +1,179 @@
+//! Hiding round trips to the store: shard indexes fetched many at a time, once each, and
+//! ahead of a walk.
+//!
+//! On an object store a request costs a round trip (tens of milliseconds to a cloud region),
+//! so what matters is how many go out *one after another*:
+//!
+//! - **Once each.** Loads of a shard's index are single-flight: a lookup that needs an index
+//!   another task is fetching waits for that fetch and then finds it cached, rather than
+//!   sending the same request again.
+//! - **Many at a time.** A listing needs the index of every shard below its directory. They
+//!   are fetched concurrently, [`INDEX_FETCHES`] in flight, before the listing reads them one
+//!   by one from the cache; the shard directories it walks are listed concurrently too.
+//! - **Ahead of a walk.** Walkers (`find`, `ls -R`, `du`, `cp -r`, `rsync`) list a chunk
+//!   directory and then its subdirectories, or its next siblings, in order. Listing a chunk
+//!   directory therefore starts a background fetch of the shards the walk reaches next: those
+//!   below it (a directory above the last level) and those of the next shard directories at
+//!   its level. Each load brings its prefetch window of shard bytes along with the index (the
+//!   whole shard when it fits, as a reader's own load does), so a copy finds its chunks in
+//!   memory. The walk's own listings and reads then join these fetches.
+//!
+//! Read-ahead is bounded: at most [`READ_AHEAD_SHARDS`] shards per listing, and the bytes it
+//! holds in flight and unread in the shard-data cache stay under a quarter of that cache, so
+//! memory stays within `--cache-size` and a walk's recent shards are not pushed out. Only
+//! shards whose index is not cached fresh are fetched; a failed fetch is left for the walk's
+//! own reads to meet and report. Its counters (`zarrfs stats`): indexes and bytes fetched
+//! ahead, and the prefetched bytes a read used or that left the cache unread.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+
+use super::ShardedArray;
+
+/// Index loads in flight at once for one listing or one read-ahead.
+pub(super) const INDEX_FETCHES: usize = 32;
+/// Most shards one listing reads ahead.
+pub(super) const READ_AHEAD_SHARDS: usize = 256;
+/// Next shard directories at the listed level whose shards are read ahead.
+const NEXT_SHARD_DIRS: u64 = 2;
+
+/// Per-shard locks that make index loads single-flight.
+#[derive(Debug, Default)]
+pub(super) struct Loads {
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Bytes of read-ahead loads in flight.
+    pub(super) ahead_in_flight: AtomicU64,
+}
+
+/// The lock of one shard's load, held while loading it.
+pub(super) struct LoadGuard<'a> {
+    loads: &'a Loads,
+    key: String,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Loads {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait until no other task loads `key`'s index, and hold it: the caller checks the cache
+    /// again (the other task's load is there now) and loads it only if it is still missing.
+    pub(super) async fn lock(&self, key: &str) -> LoadGuard<'_> {
+        let lock = self.map().entry(key.to_string()).or_default().clone();
+        let held = lock.clone().lock_owned().await;
+        LoadGuard {
+            loads: self,
+            key: key.to_string(),
+            lock,
+            _held: held,
+        }
+    }
+}
+
+impl Drop for LoadGuard<'_> {
+    fn drop(&mut self) {
+        let mut map = self.loads.map();
+        // Ours and the map's: nobody else waits (a waiter clones under this same map lock).
+        if Arc::strong_count(&self.lock) == 2 {
+            map.remove(&self.key);
+        }
+    }
+}
+
+impl ShardedArray {
+    /// Fetch the indexes of `shards` that are not cached fresh, [`INDEX_FETCHES`] at a time.
+    /// Failures are not reported here: the caller's own look at each shard meets them.
+    pub(super) async fn fetch_indexes(&self, shards: &[Vec<u64>]) {
+        let keys: Vec<String> = shards
+            .iter()
+            .map(|s| self.shard_key(s))
+            .filter(|k| !self.index_is_fresh(k))
+            .collect();
+        if keys.len() < 2 {
+            return; // one is fetched by the caller's own look, with nothing to overlap
+        }
+        futures::stream::iter(keys)
+            .for_each_concurrent(INDEX_FETCHES, |key| async move {
+                let _ = self.top_index(&key, self.options.revalidate_after).await;
+            })
+            .await;
+    }
+
+    /// A walk listed the chunk directory `prefix` (`/` separators): fetch, in the background,
+    /// the shards it reaches next (see the module's documentation).
+    pub(super) fn read_ahead_after(&self, prefix: &[u64]) {
+        if self.options.data_cache.is_none() || !self.store.capabilities().listable {
+            return; // local stores (nothing to hide), and stores that cannot be listed
+        }
+        let Some(me) = self.me.get().and_then(|w| w.upgrade()) else {
+            return;
+        };
+        let prefix = prefix.to_vec();
+        tokio::spawn(async move { me.read_ahead(prefix).await });
+    }
+
+    async fn read_ahead(&self, prefix: Vec<u64>) {
+        let shard_prefix = self.shard_prefix_of(&prefix);
+        let mut dirs = Vec::new();
+        if prefix.len() + 1 < self.ndim() {
+            dirs.push(shard_prefix.clone());
+        }
+        if let Some((last, lead)) = shard_prefix.split_last() {
+            let shards_along = self.inner_grid[lead.len()].div_ceil(self.per_shard[lead.len()].max(1));
+            for next in (last + 1..shards_along).take(NEXT_SHARD_DIRS as usize) {
+                let mut dir = lead.to_vec();
+                dir.push(next);
+                dirs.push(dir);
+            }
+        }
+        let mut shards = Vec::new();
+        for dir in dirs {
+            match self.shards_under(&dir).await {
+                Ok(found) => shards.extend(found),
+                Err(_) => return, // the walk's own listing meets it
+            }
+            if shards.len() >= READ_AHEAD_SHARDS {
+                break;
+            }
+        }
+        shards.truncate(READ_AHEAD_SHARDS);
+        self.fetch_ahead(shards).await;
+    }
+
+    /// Load `shards`' indexes (with their prefetch windows) not cached fresh, within the byte
+    /// budget.
+    async fn fetch_ahead(&self, shards: Vec<Vec<u64>>) {
+        let Some(data) = self.options.data_cache.clone() else {
+            return;
+        };
+        let budget = data.capacity() as u64 / 4;
+        let window = self.options.prefetch_bytes.max(1);
+        let keys: Vec<String> = shards
+            .iter()
+            .map(|s| self.shard_key(s))
+            .filter(|k| !self.index_is_fresh(k))
+            .collect();
+        let full = std::sync::atomic::AtomicBool::new(false);
+        futures::stream::iter(keys)
+            .for_each_concurrent(INDEX_FETCHES, |key| {
+                let (data, full) = (data.clone(), &full);
+                async move {
+                    // Room for one more window, counting those in flight and those unread?
+                    let held = self.loads.ahead_in_flight.fetch_add(window, Relaxed) + data.unread_ahead();
+                    if held + window > budget {
+                        full.store(true, Relaxed);
+                    }
+                    if !full.load(Relaxed) {
+                        let _ = self.top_index_ahead(&key).await;
+                    }
+                    self.loads.ahead_in_flight.fetch_sub(window, Relaxed);
+                }
+            })
+            .await;
+    }
+}

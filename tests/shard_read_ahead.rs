@@ -1,0 +1,205 @@
+//! The sharding layer at latency: a store whose every request takes a round trip, and what
+//! goes out concurrently, once each, and ahead of a walk (src/shard/read_ahead.rs).
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use common::*;
+use zarrfs::shard::{DataCache, ShardOptions, ShardStats};
+use zarrfs::store::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult, Version};
+
+const RTT: Duration = Duration::from_millis(30);
+
+/// A store that answers each request after a round trip, counting requests and the most in
+/// flight at once.
+#[derive(Debug)]
+struct Latent {
+    inner: Arc<dyn Store>,
+    gets: AtomicU64,
+    lists: AtomicU64,
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Latent {
+    fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(Latent {
+            inner,
+            gets: AtomicU64::new(0),
+            lists: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+        })
+    }
+
+    async fn trip(&self) {
+        let now = self.in_flight.fetch_add(1, Relaxed) + 1;
+        self.peak.fetch_max(now, Relaxed);
+        tokio::time::sleep(RTT).await;
+        self.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+#[async_trait]
+impl Store for Latent {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        self.gets.fetch_add(1, Relaxed);
+        self.trip().await;
+        self.inner.get(key, opts).await
+    }
+    async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        self.trip().await;
+        self.inner.head(key).await
+    }
+    async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
+        self.inner.set(key, value).await
+    }
+    async fn erase(&self, key: &str) -> StoreResult<()> {
+        self.inner.erase(key).await
+    }
+    async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {
+        self.trip().await;
+        self.inner.list_prefix(prefix).await
+    }
+    async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+        self.lists.fetch_add(1, Relaxed);
+        self.trip().await;
+        self.inner.list_dir(prefix).await
+    }
+}
+
+/// An object-store mount's options: a data cache of `cache` bytes, windows of 1 MiB.
+fn remote(cache: usize, stats: &Arc<ShardStats>) -> ShardOptions {
+    ShardOptions {
+        revalidate_after: Duration::from_secs(3600),
+        prefetch_bytes: 1 << 20,
+        data_cache: Some(Arc::new(DataCache::new(cache, stats.clone()))),
+        revalidate_on_open: false,
+        exact_prefix_dirs: false,
+        stats: stats.clone(),
+        ..Default::default()
+    }
+}
+
+struct Setup {
+    latent: Arc<Latent>,
+    array: Arc<zarrfs::shard::ShardedArray>,
+    stats: Arc<ShardStats>,
+    built: Built,
+    spec: ArraySpec,
+}
+
+fn setup(spec: ArraySpec, cache: usize) -> Setup {
+    let built = spec.build("a/", &spec.full_chunks(3, 40, 60));
+    let latent = Latent::new(memory_store(&built.files));
+    let stats = Arc::new(ShardStats::default());
+    let array = built.open(latent.clone(), remote(cache, &stats)).shared();
+    Setup {
+        latent,
+        array,
+        stats,
+        built,
+        spec,
+    }
+}
+
+fn name(c: u64) -> String {
+    c.to_string()
+}
+
+#[tokio::test]
+async fn a_listing_fetches_the_indexes_of_its_shards_concurrently_and_once_each() {
+    // One row of 16 shards: the leaf directory c/0 spans all of them.
+    let s = setup(ArraySpec::new(&[2, 64], &[2, 4], &[2, 2]), 64 << 20);
+    let listed = s.array.list_chunk_dir(&[0]).await.unwrap();
+    assert_eq!(listed.len(), 32, "every chunk of the row: {listed:?}");
+    assert_eq!(s.latent.gets.load(Relaxed), 16, "one request per shard");
+    let peak = s.latent.peak.load(Relaxed);
+    assert!(peak >= 8, "the 16 index reads went out {peak} at a time");
+}
+
+#[tokio::test]
+async fn concurrent_readers_of_one_shard_send_one_request() {
+    let s = setup(ArraySpec::new(&[8, 8], &[4, 4], &[2, 2]), 64 << 20);
+    let reads = (0..4u64).map(|i| {
+        let array = s.array.clone();
+        async move { array.read_chunk(&[i / 2, i % 2], 0, u64::MAX).await }
+    });
+    for (i, got) in futures::future::join_all(reads).await.into_iter().enumerate() {
+        let coords = vec![i as u64 / 2, i as u64 % 2];
+        let (_, bytes) = got.unwrap().expect("present");
+        assert_eq!(&bytes[..], &s.built.expected[&coords][..]);
+    }
+    assert_eq!(s.latent.gets.load(Relaxed), 1, "four readers of shard (0, 0): one request");
+}
+
+/// Wait (bounded) until the background read-ahead has loaded `n` indexes.
+async fn read_ahead(stats: &ShardStats, n: u64) -> u64 {
+    for _ in 0..200 {
+        if stats.ahead_indexes.load(Relaxed) >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(RTT * 2).await; // nothing more arrives
+    stats.ahead_indexes.load(Relaxed)
+}
+
+#[tokio::test]
+async fn a_walk_finds_its_shards_fetched_ahead() {
+    // 4 × 4 shards of 2 × 2 chunks; listing the chunk root starts the read-ahead of all 16.
+    let s = setup(ArraySpec::new(&[16, 16], &[4, 4], &[2, 2]), 64 << 20);
+    let top = s.array.list_chunk_dir(&[]).await.unwrap();
+    assert_eq!(top.len(), 8, "{top:?}");
+    assert_eq!(read_ahead(&s.stats, 16).await, 16);
+    let before = s.latent.gets.load(Relaxed);
+    assert_eq!(before, 16, "one request per shard, fetched ahead");
+    // The walk: every leaf directory, every chunk, as `cp -r` does.
+    for row in 0..8 {
+        let files = s.array.list_chunk_dir(&[row]).await.unwrap();
+        assert_eq!(files.len(), 8);
+        for col in 0..8 {
+            let (_, bytes) = s.array.read_chunk(&[row, col], 0, u64::MAX).await.unwrap().unwrap();
+            assert_eq!(&bytes[..], &s.built.expected[&vec![row, col]][..], "{row}/{col}");
+        }
+        assert_eq!(files.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), (0..8).map(name).collect::<Vec<_>>());
+    }
+    assert_eq!(s.latent.gets.load(Relaxed), before, "the walk sent no GET of its own");
+    let used = s.stats.ahead_used_bytes.load(Relaxed);
+    assert_eq!(used, s.stats.ahead_bytes.load(Relaxed), "every byte fetched ahead was read");
+    assert_eq!(s.stats.ahead_wasted_bytes.load(Relaxed), 0);
+    let _ = &s.spec;
+}
+
+#[tokio::test]
+async fn read_ahead_stays_within_a_quarter_of_the_data_cache() {
+    // 16 shards of about 4 × 50 bytes + index; windows of 1 MiB: a cache of 8 MiB allows a
+    // budget of 2 MiB, two windows' worth, so at most 2 shards are fetched ahead.
+    let s = setup(ArraySpec::new(&[16, 16], &[4, 4], &[2, 2]), 8 << 20);
+    s.array.list_chunk_dir(&[]).await.unwrap();
+    let ahead = read_ahead(&s.stats, 16).await;
+    assert!((1..=2).contains(&ahead), "{ahead} shards read ahead with room for 2");
+}
+
+#[tokio::test]
+async fn local_stores_read_nothing_ahead() {
+    let spec = ArraySpec::new(&[16, 16], &[4, 4], &[2, 2]);
+    let built = spec.build("a/", &spec.full_chunks(3, 40, 60));
+    let latent = Latent::new(memory_store(&built.files));
+    let stats = Arc::new(ShardStats::default());
+    let options = ShardOptions {
+        stats: stats.clone(),
+        ..Default::default()
+    };
+    let array = built.open(latent.clone(), options).shared();
+    array.list_chunk_dir(&[]).await.unwrap();
+    assert_eq!(read_ahead(&stats, 1).await, 0, "no data cache: nothing read ahead");
+}
