@@ -8,8 +8,16 @@
 //! first out.
 //!
 //! A kept listing also answers, without a request, that a key it does not hold is missing
-//! (`head`) and whether a directory exists (`dir_exists`): the lookups of a directory walk.
-//! Not over plain HTTP, where listings come from a web server's index pages and may be partial.
+//! (`head`, `get`) and whether a directory exists (`dir_exists`): the lookups of a directory
+//! walk. Over plain HTTP, where listings come from a web server's index pages or WebDAV and may
+//! leave names out (dot files), only the names a listing shows are answered from it: a name
+//! listed as a directory is no file, and is a directory. `dir_exists` of a listable store is
+//! answered by listing the directory (one request either way), so the listing is kept too.
+//!
+//! One listing per directory is in flight at a time ([`single_flight`](super::single_flight)):
+//! a caller that needs a listing being taken (by the metadata warm-up, or another lookup)
+//! waits for it and is answered from what it kept, instead of sending the same request.
+//! Listings taken by the warm-up are counted and marked ([`prefetch`](super::prefetch)).
 //!
 //! Writes through the mount never meet a stale listing: a write, erase or rename of a key
 //! drops the listings of every directory above it and every prefix listing that covers it,
@@ -22,8 +30,9 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 
 use super::invalidating::invalidating_store;
-
-use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult};
+use super::prefetch::{first_use, prefetching, PrefetchStats};
+use super::single_flight::Flights;
+use super::{Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Store, StoreResult};
 
 /// Entries (names) held across all listings kept.
 const MAX_ENTRIES: usize = 1 << 18;
@@ -32,6 +41,8 @@ const MAX_ENTRIES: usize = 1 << 18;
 struct Kept<T> {
     at: Instant,
     value: Arc<Vec<T>>,
+    /// Taken by the warm-up and not used by anyone else yet.
+    prefetched: bool,
 }
 
 /// Listings of one kind, least recently used first out, with the entries they hold.
@@ -50,9 +61,10 @@ impl<T> Listings<T> {
     }
 
     /// The listing of `prefix` if it was taken less than `ttl` ago (an older one is dropped).
-    fn fresh(&mut self, prefix: &str, ttl: Duration) -> Option<Arc<Vec<T>>> {
-        let kept = self.kept.get(prefix)?;
+    fn fresh(&mut self, prefix: &str, ttl: Duration, stats: &PrefetchStats) -> Option<Arc<Vec<T>>> {
+        let kept = self.kept.get_mut(prefix)?;
         if kept.at.elapsed() < ttl {
+            first_use(&mut kept.prefetched, stats);
             return Some(kept.value.clone());
         }
         self.drop(prefix);
@@ -64,6 +76,7 @@ impl<T> Listings<T> {
         let kept = Kept {
             at,
             value: Arc::new(value),
+            prefetched: prefetching(),
         };
         if let Some(old) = self.kept.put(prefix.to_string(), kept) {
             self.entries -= old.value.len();
@@ -124,6 +137,9 @@ pub struct ListCache {
     /// HTTP, whose servers' directory listings may leave out dot files).
     complete: bool,
     state: Mutex<State>,
+    /// Listings in flight, by directory.
+    flights: Flights,
+    stats: Arc<PrefetchStats>,
 }
 
 impl ListCache {
@@ -143,7 +159,15 @@ impl ListCache {
                 prefixes: Listings::new(),
                 generation: 0,
             }),
+            flights: Flights::default(),
+            stats: Arc::default(),
         }
+    }
+
+    /// Count prefetched listings, their uses and joined requests in `stats`.
+    pub fn with_prefetch_stats(mut self, stats: Arc<PrefetchStats>) -> Self {
+        self.stats = stats;
+        self
     }
 
     /// Listings may leave keys out: never answer a lookup from them.
@@ -157,21 +181,22 @@ impl ListCache {
     }
 
     fn kept_dir(&self, prefix: &str) -> Option<Arc<Vec<DirEntry>>> {
-        self.state().dirs.fresh(prefix, self.ttl)
+        self.state().dirs.fresh(prefix, self.ttl, &self.stats)
     }
 
     fn kept_prefix(&self, prefix: &str) -> Option<Arc<Vec<String>>> {
-        self.state().prefixes.fresh(prefix, self.ttl)
+        self.state().prefixes.fresh(prefix, self.ttl, &self.stats)
     }
 
     /// Whether the kept listing of the directory holding `key` lists it: a file, or for a
-    /// directory prefix (ending in `/`) a directory. `None` when that listing is not kept.
+    /// directory prefix (ending in `/`) a directory. `None` when that listing is not kept, or
+    /// when it may leave names out and does not show this one (as either kind).
     fn listed(&self, key: &str) -> Option<bool> {
         let (path, want_dir) = match key.strip_suffix('/') {
             Some(dir) => (dir, true),
             None => (key, false),
         };
-        if path.is_empty() || !self.complete {
+        if path.is_empty() {
             return None;
         }
         let (parent, name) = match path.rfind('/') {
@@ -179,10 +204,29 @@ impl ListCache {
             None => ("", path),
         };
         let kept = self.kept_dir(parent)?;
-        Some(
-            kept.iter()
-                .any(|e| e.name == name && (e.kind == super::EntryKind::Dir) == want_dir),
-        )
+        let mut named = kept.iter().filter(|e| e.name == name).peekable();
+        if !self.complete && named.peek().is_none() {
+            return None;
+        }
+        Some(named.any(|e| (e.kind == EntryKind::Dir) == want_dir))
+    }
+
+    /// [`listed`](Self::listed), after waiting for a listing of the directory holding `key`
+    /// that is in flight (its answer may say).
+    async fn listed_soon(&self, key: &str) -> Option<bool> {
+        if let Some(listed) = self.listed(key) {
+            return Some(listed);
+        }
+        let path = key.strip_suffix('/').unwrap_or(key);
+        let parent = path.rfind('/').map_or("", |i| &path[..=i]);
+        if path.is_empty() || !self.flights.wait(parent).await {
+            return None;
+        }
+        let listed = self.listed(key);
+        if listed.is_some() {
+            self.stats.joined();
+        }
+        listed
     }
 
     fn generation(&self) -> u64 {
@@ -248,13 +292,19 @@ impl Store for ListCache {
         self.inner.capabilities()
     }
 
+    /// A key its directory's kept listing does not hold is missing: no request (unless the
+    /// read is pinned to a version, which the store answers itself). Unlike a lookup, a read
+    /// does not wait for a listing in flight: what is read is there more often than not.
     async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        if opts.if_version.is_none() && self.listed(key) == Some(false) {
+            return Ok(None);
+        }
         self.inner.get(key, opts).await
     }
 
     /// A key its directory's kept listing does not hold is missing: no request.
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        if self.listed(key) == Some(false) {
+        if self.listed_soon(key).await == Some(false) {
             return Ok(None);
         }
         self.inner.head(key).await
@@ -274,11 +324,26 @@ impl Store for ListCache {
         Ok(listed)
     }
 
+    /// One listing of a directory in flight at a time: a caller that finds one waits for it.
     async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
         if let Some(kept) = self.kept_dir(prefix) {
             return Ok(kept.as_ref().clone());
         }
+        // A TTL of zero keeps nothing that a waiter could be answered from.
+        let _flight = if self.ttl.is_zero() {
+            None
+        } else {
+            let (flight, waited) = self.flights.board(prefix).await;
+            if waited {
+                self.stats.joined();
+                if let Some(kept) = self.kept_dir(prefix) {
+                    return Ok(kept.as_ref().clone());
+                }
+            }
+            Some(flight)
+        };
         let started = (Instant::now(), self.generation());
+        self.stats.listing_sent();
         let listed = self.inner.list_dir(prefix).await?;
         self.keep_dir(prefix, started, listed.clone());
         Ok(listed)
@@ -291,8 +356,15 @@ impl Store for ListCache {
                 return Ok(!kept.is_empty());
             }
         }
-        if let Some(listed) = self.listed(prefix) {
+        if let Some(listed) = self.listed_soon(prefix).await {
             return Ok(listed);
+        }
+        // A listable store answers by listing: the same one request, and then it is kept.
+        if !prefix.is_empty() && self.inner.capabilities().listable {
+            let listed = self.list_dir(prefix).await?;
+            if !listed.is_empty() || self.inner.capabilities().listable {
+                return Ok(!listed.is_empty());
+            }
         }
         self.inner.dir_exists(prefix).await
     }
@@ -304,129 +376,4 @@ impl Store for ListCache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::counting::CountingStore;
-    use crate::store::memory::MemoryStore;
-    use crate::store::Precondition;
-    use bytes::Bytes;
-
-    async fn setup(ttl: Duration, max_entries: usize) -> (Arc<CountingStore>, ListCache) {
-        let memory = Arc::new(MemoryStore::new());
-        for key in ["a/b/0", "a/b/1", "a/c", "x/0"] {
-            memory.set(key, Bytes::from_static(b"v")).await.unwrap();
-        }
-        let counting = Arc::new(CountingStore::new(memory));
-        let cache = ListCache::with_capacity(counting.clone(), ttl, max_entries);
-        (counting, cache)
-    }
-
-    fn names(entries: &[DirEntry]) -> Vec<&str> {
-        entries.iter().map(|e| e.name.as_str()).collect()
-    }
-
-    #[tokio::test]
-    async fn listings_are_kept_for_the_ttl() {
-        let (counting, cache) = setup(Duration::from_millis(200), MAX_ENTRIES).await;
-        assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["b", "c"]);
-        assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["b", "c"]);
-        assert!(cache.dir_exists("a/").await.unwrap());
-        assert_eq!(cache.list_prefix("a/b").await.unwrap(), ["a/b/0", "a/b/1"]);
-        assert_eq!(cache.list_prefix("a/b").await.unwrap(), ["a/b/0", "a/b/1"]);
-        let counts = counting.counts();
-        assert_eq!((counts.list_dir, counts.list, counts.head), (1, 1, 0));
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        cache.list_dir("a/").await.unwrap();
-        cache.list_prefix("a/b").await.unwrap();
-        assert_eq!((counting.counts().list_dir, counting.counts().list), (2, 2));
-    }
-
-    #[tokio::test]
-    async fn a_zero_ttl_keeps_nothing() {
-        let (counting, cache) = setup(Duration::ZERO, MAX_ENTRIES).await;
-        cache.list_dir("a/").await.unwrap();
-        cache.list_dir("a/").await.unwrap();
-        assert_eq!(counting.counts().list_dir, 2);
-    }
-
-    #[tokio::test]
-    async fn writes_drop_the_listings_above_them() {
-        let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
-        for dir in ["", "a/", "a/b/", "x/"] {
-            cache.list_dir(dir).await.unwrap();
-        }
-        cache.list_prefix("a/").await.unwrap();
-        cache.list_prefix("x").await.unwrap();
-        let before = counting.counts();
-        cache.set("a/b/2", Bytes::from_static(b"new")).await.unwrap();
-        assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["0", "1", "2"]);
-        cache.list_dir("a/").await.unwrap();
-        cache.list_dir("").await.unwrap();
-        cache.list_dir("x/").await.unwrap(); // untouched: still kept
-        assert_eq!(
-            cache.list_prefix("a/").await.unwrap(),
-            ["a/b/0", "a/b/1", "a/b/2", "a/c"]
-        );
-        cache.list_prefix("x").await.unwrap(); // untouched
-        let after = counting.counts();
-        assert_eq!((after.list_dir - before.list_dir, after.list - before.list), (3, 1));
-
-        cache.erase_if("a/b/0", Precondition::Any).await.unwrap();
-        cache.rename("a/c", "x/1").await.unwrap();
-        assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["1", "2"]);
-        assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["b"]);
-        assert_eq!(names(&cache.list_dir("x/").await.unwrap()), ["0", "1"]);
-        assert!(!cache.dir_exists("q/").await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn a_kept_listing_answers_lookups() {
-        let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
-        cache.list_dir("a/").await.unwrap();
-        let before = counting.counts();
-        assert!(cache.head("a/nothing").await.unwrap().is_none());
-        assert!(cache.head("a/b").await.unwrap().is_none(), "a directory is not a key");
-        assert!(cache.dir_exists("a/b/").await.unwrap());
-        assert!(!cache.dir_exists("a/c/").await.unwrap(), "a key is not a directory");
-        assert!(!cache.dir_exists("a/zz/").await.unwrap());
-        assert_eq!(counting.counts(), before, "answered from the listing");
-        assert_eq!(cache.head("a/c").await.unwrap().map(|m| m.size), Some(1));
-        assert!(cache.head("x/0").await.unwrap().is_some(), "not listed: asked");
-        assert_eq!(counting.counts().head - before.head, 2);
-        cache.set("a/new", Bytes::from_static(b"n")).await.unwrap();
-        assert!(
-            cache.head("a/new").await.unwrap().is_some(),
-            "written through the cache"
-        );
-
-        let cache = cache.incomplete_listings();
-        assert!(cache.head("a/nothing").await.unwrap().is_none());
-        assert!(cache.dir_exists("a/b/").await.unwrap());
-        // Asked: "a/c", "x/0", "a/new" (its listing was dropped by the write), then these two.
-        assert_eq!(counting.counts().head - before.head, 5, "incomplete listings: asked");
-    }
-
-    #[tokio::test]
-    async fn a_listing_that_raced_a_write_is_not_kept() {
-        let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
-        let started = (Instant::now(), cache.generation());
-        let listed = counting.list_dir("a/b/").await.unwrap(); // read before the write landed
-        cache.set("a/b/2", Bytes::from_static(b"new")).await.unwrap();
-        cache.keep_dir("a/b/", started, listed);
-        assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["0", "1", "2"]);
-    }
-
-    #[tokio::test]
-    async fn entries_held_are_bounded() {
-        let (counting, cache) = setup(Duration::from_secs(600), 3).await;
-        cache.list_dir("a/b/").await.unwrap(); // 2 entries
-        cache.list_dir("a/").await.unwrap(); // 2 more: "a/b/" is dropped
-        assert!(cache.state().entries() <= 3);
-        cache.list_dir("a/").await.unwrap();
-        assert_eq!(counting.counts().list_dir, 2, "the most recent listing stays");
-        cache.list_dir("a/b/").await.unwrap();
-        assert_eq!(counting.counts().list_dir, 3, "the oldest was dropped");
-        assert_eq!(cache.list_prefix("").await.unwrap().len(), 4); // more than fit: not kept
-        assert!(cache.state().entries() <= 3);
-    }
-}
+mod tests;

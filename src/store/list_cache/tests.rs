@@ -1,0 +1,209 @@
+use super::*;
+use crate::store::counting::CountingStore;
+use crate::store::memory::MemoryStore;
+use crate::store::Precondition;
+use bytes::Bytes;
+
+async fn setup(ttl: Duration, max_entries: usize) -> (Arc<CountingStore>, ListCache) {
+    let memory = Arc::new(MemoryStore::new());
+    for key in ["a/b/0", "a/b/1", "a/c", "x/0"] {
+        memory.set(key, Bytes::from_static(b"v")).await.unwrap();
+    }
+    let counting = Arc::new(CountingStore::new(memory));
+    let cache = ListCache::with_capacity(counting.clone(), ttl, max_entries);
+    (counting, cache)
+}
+
+fn names(entries: &[DirEntry]) -> Vec<&str> {
+    entries.iter().map(|e| e.name.as_str()).collect()
+}
+
+#[tokio::test]
+async fn listings_are_kept_for_the_ttl() {
+    let (counting, cache) = setup(Duration::from_millis(200), MAX_ENTRIES).await;
+    assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["b", "c"]);
+    assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["b", "c"]);
+    assert!(cache.dir_exists("a/").await.unwrap());
+    assert_eq!(cache.list_prefix("a/b").await.unwrap(), ["a/b/0", "a/b/1"]);
+    assert_eq!(cache.list_prefix("a/b").await.unwrap(), ["a/b/0", "a/b/1"]);
+    let counts = counting.counts();
+    assert_eq!((counts.list_dir, counts.list, counts.head), (1, 1, 0));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    cache.list_dir("a/").await.unwrap();
+    cache.list_prefix("a/b").await.unwrap();
+    assert_eq!((counting.counts().list_dir, counting.counts().list), (2, 2));
+}
+
+#[tokio::test]
+async fn a_zero_ttl_keeps_nothing() {
+    let (counting, cache) = setup(Duration::ZERO, MAX_ENTRIES).await;
+    cache.list_dir("a/").await.unwrap();
+    cache.list_dir("a/").await.unwrap();
+    assert_eq!(counting.counts().list_dir, 2);
+}
+
+#[tokio::test]
+async fn writes_drop_the_listings_above_them() {
+    let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
+    for dir in ["", "a/", "a/b/", "x/"] {
+        cache.list_dir(dir).await.unwrap();
+    }
+    cache.list_prefix("a/").await.unwrap();
+    cache.list_prefix("x").await.unwrap();
+    let before = counting.counts();
+    cache.set("a/b/2", Bytes::from_static(b"new")).await.unwrap();
+    assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["0", "1", "2"]);
+    cache.list_dir("a/").await.unwrap();
+    cache.list_dir("").await.unwrap();
+    cache.list_dir("x/").await.unwrap(); // untouched: still kept
+    assert_eq!(
+        cache.list_prefix("a/").await.unwrap(),
+        ["a/b/0", "a/b/1", "a/b/2", "a/c"]
+    );
+    cache.list_prefix("x").await.unwrap(); // untouched
+    let after = counting.counts();
+    assert_eq!((after.list_dir - before.list_dir, after.list - before.list), (3, 1));
+
+    cache.erase_if("a/b/0", Precondition::Any).await.unwrap();
+    cache.rename("a/c", "x/1").await.unwrap();
+    assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["1", "2"]);
+    assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["b"]);
+    assert_eq!(names(&cache.list_dir("x/").await.unwrap()), ["0", "1"]);
+    assert!(!cache.dir_exists("q/").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_kept_listing_answers_lookups() {
+    let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
+    cache.list_dir("a/").await.unwrap();
+    let before = counting.counts();
+    assert!(cache.head("a/nothing").await.unwrap().is_none());
+    assert!(cache.head("a/b").await.unwrap().is_none(), "a directory is not a key");
+    assert!(cache.dir_exists("a/b/").await.unwrap());
+    assert!(!cache.dir_exists("a/c/").await.unwrap(), "a key is not a directory");
+    assert!(!cache.dir_exists("a/zz/").await.unwrap());
+    assert_eq!(counting.counts(), before, "answered from the listing");
+    assert_eq!(cache.head("a/c").await.unwrap().map(|m| m.size), Some(1));
+    assert!(cache.head("x/0").await.unwrap().is_some(), "not listed: asked");
+    assert_eq!(counting.counts().head - before.head, 2);
+    cache.set("a/new", Bytes::from_static(b"n")).await.unwrap();
+    assert!(
+        cache.head("a/new").await.unwrap().is_some(),
+        "written through the cache"
+    );
+
+    let cache = cache.incomplete_listings();
+    assert!(cache.head("a/nothing").await.unwrap().is_none());
+    assert!(cache.dir_exists("a/b/").await.unwrap());
+    // Asked: "a/c", "x/0", "a/new" (its listing was dropped by the write), "a/nothing", and
+    // "a/b/" listed (answered by listing it).
+    let after = counting.counts();
+    assert_eq!(
+        (after.head - before.head, after.list_dir - before.list_dir),
+        (4, 1),
+        "incomplete listings: asked"
+    );
+}
+
+#[tokio::test]
+async fn a_listing_that_raced_a_write_is_not_kept() {
+    let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
+    let started = (Instant::now(), cache.generation());
+    let listed = counting.list_dir("a/b/").await.unwrap(); // read before the write landed
+    cache.set("a/b/2", Bytes::from_static(b"new")).await.unwrap();
+    cache.keep_dir("a/b/", started, listed);
+    assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["0", "1", "2"]);
+}
+
+#[tokio::test]
+async fn entries_held_are_bounded() {
+    let (counting, cache) = setup(Duration::from_secs(600), 3).await;
+    cache.list_dir("a/b/").await.unwrap(); // 2 entries
+    cache.list_dir("a/").await.unwrap(); // 2 more: "a/b/" is dropped
+    assert!(cache.state().entries() <= 3);
+    cache.list_dir("a/").await.unwrap();
+    assert_eq!(counting.counts().list_dir, 2, "the most recent listing stays");
+    cache.list_dir("a/b/").await.unwrap();
+    assert_eq!(counting.counts().list_dir, 3, "the oldest was dropped");
+    assert_eq!(cache.list_prefix("").await.unwrap().len(), 4); // more than fit: not kept
+    assert!(cache.state().entries() <= 3);
+}
+
+/// A list cache over a memory store whose reads take `rtt`, the requests logged.
+async fn slow(ttl: Duration, rtt: Duration) -> (Arc<crate::store::latency::LatencyStore>, ListCache) {
+    let memory = Arc::new(MemoryStore::new());
+    for key in ["a/b/0", "a/b/1", "a/c", "x/0"] {
+        memory.set(key, Bytes::from_static(b"v")).await.unwrap();
+    }
+    let latency = Arc::new(crate::store::latency::LatencyStore::new(memory, rtt));
+    (latency.clone(), ListCache::new(latency, ttl))
+}
+
+#[tokio::test]
+async fn a_listing_in_flight_is_waited_for_not_sent_again() {
+    let stats = Arc::new(PrefetchStats::default());
+    let (latency, cache) = slow(Duration::from_secs(600), Duration::from_millis(40)).await;
+    let cache = cache.with_prefetch_stats(stats.clone());
+    let warm_up = crate::store::prefetch::scope(cache.list_dir("a/"));
+    let lookup = async {
+        // Starts while the warm-up's listing is in flight.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        (cache.dir_exists("a/b/").await, cache.list_dir("a/").await)
+    };
+    let (warmed, (exists, listed)) = tokio::join!(warm_up, lookup);
+    assert_eq!(names(&warmed.unwrap()), ["b", "c"]);
+    assert!(exists.unwrap());
+    assert_eq!(names(&listed.unwrap()), ["b", "c"]);
+    assert_eq!(latency.requests(0), ["list_dir a/"], "one listing for all three");
+    let c = stats.counts();
+    assert_eq!(
+        (c.prefetch_listings, c.requests_joined, c.prefetch_used),
+        (1, 1, 1),
+        "{c:?}"
+    );
+
+    // A TTL of zero keeps nothing to wait for: each caller lists for itself.
+    let (latency, cache) = slow(Duration::ZERO, Duration::from_millis(20)).await;
+    let (a, b) = tokio::join!(cache.list_dir("a/"), cache.list_dir("a/"));
+    assert_eq!(names(&a.unwrap()), names(&b.unwrap()));
+    assert_eq!(latency.requests(0).len(), 2);
+}
+
+#[tokio::test]
+async fn a_listing_that_may_leave_names_out_answers_for_the_names_it_shows() {
+    let (latency, cache) = slow(Duration::from_secs(600), Duration::from_millis(1)).await;
+    let cache = cache.incomplete_listings();
+    cache.list_dir("a/").await.unwrap();
+    let before = latency.sent().len();
+    assert!(cache.head("a/b").await.unwrap().is_none(), "listed as a directory");
+    assert!(cache.get("a/b", GetOptions::default()).await.unwrap().is_none());
+    assert!(cache.dir_exists("a/b/").await.unwrap());
+    assert!(!cache.dir_exists("a/c/").await.unwrap(), "listed as a file");
+    assert_eq!(latency.sent().len(), before, "answered from the listing");
+    // Names it does not show may be hidden (dot files): asked.
+    assert!(cache.head("a/.zarray").await.unwrap().is_none());
+    assert!(cache.head("a/c").await.unwrap().is_some());
+    assert_eq!(latency.requests(before), ["head a/.zarray", "head a/c"]);
+}
+
+#[tokio::test]
+async fn a_complete_listing_answers_reads_of_missing_keys_and_dir_exists_keeps_one() {
+    let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
+    assert!(cache.dir_exists("a/b/").await.unwrap());
+    assert!(!cache.dir_exists("q/").await.unwrap());
+    let c = counting.counts();
+    assert_eq!(
+        (c.list_dir, c.head),
+        (2, 0),
+        "dir_exists lists (and keeps) the directory"
+    );
+    assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["0", "1"]);
+    assert!(cache
+        .get("a/b/zarr.json", GetOptions::default())
+        .await
+        .unwrap()
+        .is_none());
+    assert!(cache.get("a/b/1", GetOptions::default()).await.unwrap().is_some());
+    let c = counting.counts();
+    assert_eq!((c.list_dir, c.get), (2, 1), "the missing key cost nothing: {c:?}");
+}
