@@ -48,12 +48,8 @@ impl ObjectBackend {
                 .await
                 .map_err(|e| self.page_error(prefix, e));
         }
-        let offered = match (&self.index_pages, way) {
-            (Some(pages), LISTING_UNKNOWN) => pages.offers_webdav(&self.raw_path(prefix)).await,
-            _ => None,
-        };
-        let webdav = match offered {
-            Some(false) => Err(StoreError::Unsupported("WebDAV PROPFIND (the server refuses it)")),
+        let webdav = match (&self.index_pages, way) {
+            (Some(pages), LISTING_UNKNOWN) => self.probe_and_list(pages, prefix).await,
             _ => self.list_dir_webdav(prefix).await,
         };
         match webdav {
@@ -96,6 +92,24 @@ impl ObjectBackend {
                 )),
             },
         }
+    }
+
+    /// The first listing of a server not known to speak WebDAV: the listing goes out together
+    /// with the one-request question whether it does (see [`IndexPages::offers_webdav`]), and
+    /// is dropped (with the retries object_store's client would make of a 501) if it does not.
+    /// One round trip, where asking first took two.
+    async fn probe_and_list(&self, pages: &IndexPages, prefix: &str) -> StoreResult<Vec<DirEntry>> {
+        let path = self.raw_path(prefix);
+        let probe = pages.offers_webdav(&path);
+        let listing = self.list_dir_webdav(prefix);
+        let listed = match futures::future::select(std::pin::pin!(probe), std::pin::pin!(listing)).await {
+            futures::future::Either::Left((Some(false), _)) => {
+                Err(StoreError::Unsupported("WebDAV PROPFIND (the server refuses it)"))
+            }
+            futures::future::Either::Left((_, listing)) => listing.await,
+            futures::future::Either::Right((listed, _)) => listed,
+        };
+        listed
     }
 
     /// Whether the URL of `key` with a trailing slash is an HTML index page (a directory).
