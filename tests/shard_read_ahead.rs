@@ -181,12 +181,21 @@ async fn a_walk_finds_its_shards_fetched_ahead() {
 
 #[tokio::test]
 async fn read_ahead_stays_within_a_quarter_of_the_data_cache() {
-    // 16 shards of about 4 × 50 bytes + index; windows of 1 MiB: a cache of 8 MiB allows a
-    // budget of 2 MiB, two windows' worth, so at most 2 shards are fetched ahead.
-    let s = setup(ArraySpec::new(&[16, 16], &[4, 4], &[2, 2]), 8 << 20);
-    s.array.list_chunk_dir(&[]).await.unwrap();
-    let ahead = read_ahead(&s.stats, 16).await;
+    // 16 shards of 4 chunks of 1,000 bytes; windows of 4 KiB (a whole shard each); a cache of
+    // 32 KiB leaves a budget of 8 KiB: two shards fetched ahead and never read fill it.
+    let spec = ArraySpec::new(&[16, 16], &[4, 4], &[2, 2]);
+    let built = spec.build("a/", &spec.full_chunks(3, 1000, 1000));
+    let latent = Latent::new(memory_store(&built.files));
+    let stats = Arc::new(ShardStats::default());
+    let options = ShardOptions {
+        prefetch_bytes: 4096,
+        ..remote(32 << 10, &stats)
+    };
+    let array = built.open(latent.clone(), options).shared();
+    array.list_chunk_dir(&[]).await.unwrap();
+    let ahead = read_ahead(&stats, 16).await;
     assert!((1..=2).contains(&ahead), "{ahead} shards read ahead with room for 2");
+    assert!(stats.ahead_bytes.load(Relaxed) <= 8 << 10);
 }
 
 #[tokio::test]

@@ -249,7 +249,11 @@ impl ShardedArray {
         }
         let mut children = std::collections::BTreeMap::new();
         let shards = self.shards_under(&self.shard_prefix_of(prefix)).await?;
-        self.fetch_indexes(&shards).await;
+        if leaf {
+            // Every shard's index is needed (above the last level, the first shard holding a
+            // chunk of each child settles it, and the read-ahead serves the rest).
+            self.fetch_indexes(&shards).await;
+        }
         for shard in shards {
             let mut slice = self.slice_of_shard(&shard, prefix);
             slice.retain(|coords| leaf || !children.contains_key(&coords[dim]));

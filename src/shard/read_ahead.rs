@@ -8,8 +8,10 @@
 //!   another task is fetching waits for that fetch and then finds it cached, rather than
 //!   sending the same request again.
 //! - **Many at a time.** A listing needs the index of every shard below its directory. They
-//!   are fetched concurrently, [`INDEX_FETCHES`] in flight, before the listing reads them one
-//!   by one from the cache; the shard directories it walks are listed concurrently too.
+//!   are fetched concurrently, before the listing reads them one by one from the cache; the
+//!   shard directories it walks are listed concurrently too. At most [`INDEX_FETCHES`] go out
+//!   at once, and fewer when each brings a prefetch window: no more windows in flight than
+//!   fit in a quarter of the data cache (at least 2), so memory stays near `--cache-size`.
 //! - **Ahead of a walk.** Walkers (`find`, `ls -R`, `du`, `cp -r`, `rsync`) list a chunk
 //!   directory and then its subdirectories, or its next siblings, in order. Listing a chunk
 //!   directory therefore starts a background fetch of the shards the walk reaches next: those
@@ -33,7 +35,7 @@ use futures::StreamExt;
 
 use super::ShardedArray;
 
-/// Index loads in flight at once for one listing or one read-ahead.
+/// Requests in flight at once for one listing or one read-ahead, at most.
 pub(super) const INDEX_FETCHES: usize = 32;
 /// Most shards one listing reads ahead.
 pub(super) const READ_AHEAD_SHARDS: usize = 256;
@@ -86,7 +88,19 @@ impl Drop for LoadGuard<'_> {
 }
 
 impl ShardedArray {
-    /// Fetch the indexes of `shards` that are not cached fresh, [`INDEX_FETCHES`] at a time.
+    /// How many index loads go out at once: [`INDEX_FETCHES`], or as many prefetch windows as
+    /// fit in a quarter of the data cache, but at least 2.
+    fn index_fetches(&self) -> usize {
+        match &self.options.data_cache {
+            Some(data) if self.options.prefetch_bytes > 0 => {
+                let windows = data.capacity() as u64 / 4 / self.options.prefetch_bytes;
+                usize::try_from(windows).unwrap_or(usize::MAX).clamp(2, INDEX_FETCHES)
+            }
+            _ => INDEX_FETCHES,
+        }
+    }
+
+    /// Fetch the indexes of `shards` that are not cached fresh, [`index_fetches`](Self::index_fetches) at a time.
     /// Failures are not reported here: the caller's own look at each shard meets them.
     pub(super) async fn fetch_indexes(&self, shards: &[Vec<u64>]) {
         let keys: Vec<String> = shards
@@ -98,7 +112,7 @@ impl ShardedArray {
             return; // one is fetched by the caller's own look, with nothing to overlap
         }
         futures::stream::iter(keys)
-            .for_each_concurrent(INDEX_FETCHES, |key| async move {
+            .for_each_concurrent(self.index_fetches(), |key| async move {
                 let _ = self.top_index(&key, self.options.revalidate_after).await;
             })
             .await;
@@ -160,7 +174,7 @@ impl ShardedArray {
             .collect();
         let full = std::sync::atomic::AtomicBool::new(false);
         futures::stream::iter(keys)
-            .for_each_concurrent(INDEX_FETCHES, |key| {
+            .for_each_concurrent(self.index_fetches(), |key| {
                 let (data, full) = (data.clone(), &full);
                 async move {
                     // Room for one more window, counting those in flight and those unread?
