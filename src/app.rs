@@ -17,8 +17,10 @@ use crate::source::{
 };
 use crate::store::counting::CountingStore;
 use crate::store::object::SearchOptions;
+use crate::store::prefetch::PrefetchStats;
 use crate::store::transport::WireStats;
-use crate::view::{View, ViewMode, ViewOptions};
+use crate::store::Store;
+use crate::view::{View, ViewMode, ViewOptions, WarmUpLimits};
 
 /// Run a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
@@ -215,12 +217,41 @@ fn notify_service_manager(states: &[sd_notify::NotifyState]) {
     }
 }
 
+/// How long a mount waits for its metadata warm-up before going live (the warm-up then goes
+/// on in the background, and lookups that need what it is fetching wait for that): long
+/// enough for a hierarchy a few levels deep at a cloud round trip, short enough that a huge
+/// or slow one does not hold the mount up for long.
+const WARM_UP_WAIT: Duration = Duration::from_secs(3);
+
+/// Check that the source answers (which lists its root) while its root document is read, then
+/// warm up the rest of its metadata (see `view::warm_up`), waiting up to [`WARM_UP_WAIT`].
+async fn check_and_warm_up(view: &View, store: &dyn Store, source: &SourceSpec) -> Result<()> {
+    if !view.warms_up() {
+        return check_reachable(store, source).await;
+    }
+    let (checked, ()) = tokio::join!(check_reachable(store, source), view.warm_up_root());
+    checked?;
+    let walk = tokio::spawn(view.warm_up(WarmUpLimits::default()));
+    if tokio::time::timeout(WARM_UP_WAIT, walk).await.is_err() {
+        tracing::info!(
+            "the metadata warm-up took more than {} s: mounting now, it goes on in the background",
+            WARM_UP_WAIT.as_secs()
+        );
+    }
+    Ok(())
+}
+
 /// Open the source, check it answers, build the filesystem and mount it.
 fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<(Arc<Fs>, session::Mounted)> {
     let (backend, wire) = open_store(&settings.source, settings.writable, search_options(settings))?;
-    runtime.block_on(check_reachable(&*backend, &settings.source))?;
     let counters = Arc::new(CountingStore::new(backend));
-    let store = with_caches(counters.clone(), &settings.source, settings.metadata_ttl);
+    let prefetch = Arc::new(PrefetchStats::default());
+    let store = with_caches(
+        counters.clone(),
+        &settings.source,
+        settings.metadata_ttl,
+        prefetch.clone(),
+    );
     let remote = matches!(settings.source, SourceSpec::Remote { .. });
     // Shard bytes are cached where requests are dear (remote sources, or when asked for with
     // --prefetch-size): three quarters of the cache, indexes the rest.
@@ -243,8 +274,10 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         max_probe_shards: settings.max_probe_shards,
         v2_compressor: settings.v2_compressor,
         open_snapshot_bytes: settings.cache_bytes as u64,
+        prefetch_stats: prefetch.clone(),
     };
-    let view = View::new(store, &options);
+    let view = View::new(store.clone(), &options);
+    runtime.block_on(check_and_warm_up(&view, &*store, &settings.source))?;
     let mut fs_config = FsConfig::read_only(
         settings.uid,
         settings.gid,
@@ -255,7 +288,11 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
     fs_config.xattrs = settings.xattr;
-    let counters = StoreCounters { store: counters, wire };
+    let counters = StoreCounters {
+        store: counters,
+        wire,
+        prefetch,
+    };
     let fs = Arc::new(Fs::new(view, fs_config).with_counters(Arc::new(counters)));
     let cfg = MountConfig {
         read_only: !settings.writable,
@@ -308,11 +345,14 @@ fn inspect(source: &str, json: bool) -> Result<()> {
 struct StoreCounters {
     store: Arc<CountingStore>,
     wire: Option<Arc<WireStats>>,
+    /// What the metadata warm-up fetched and what of it was used; requests joined.
+    prefetch: Arc<PrefetchStats>,
 }
 
 impl crate::fs::Counters for StoreCounters {
     fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut stats = as_object(serde_json::to_value(self.store.counts()));
+        stats.extend(as_object(serde_json::to_value(self.prefetch.counts())));
         if let Some(wire) = &self.wire {
             stats.extend(as_object(serde_json::to_value(wire.counts())));
         }

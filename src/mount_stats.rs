@@ -103,6 +103,14 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
             hit_rate(n("data_cache_hits"), n("data_cache_misses"))
         ),
         format!(
+            "metadata ahead  {} listings and {} documents fetched ahead, {} of them used; {} requests \
+             joined one in flight",
+            n("prefetch_listings"),
+            n("prefetch_documents"),
+            n("prefetch_used"),
+            n("requests_joined")
+        ),
+        format!(
             "writes          {} shard commits, {} conflicts (lost races, retried)",
             n("shard_commits"),
             n("commit_conflicts")
@@ -162,6 +170,10 @@ mod tests {
         assert!(text.contains("4 hits, 1 misses (80% hits)"), "{text}");
         assert!(text.contains("shard cache     unused"), "{text}");
         assert!(text.contains("2 shard commits, 0 conflicts"), "{text}");
+        assert!(
+            text.contains("metadata ahead  0 listings and 0 documents fetched ahead, 0 of them used"),
+            "{text}"
+        );
         assert!(
             text.contains("kernel requests 0 lookup, 0 getattr, 0 open, 0 read"),
             "{text}"

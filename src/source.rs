@@ -21,6 +21,7 @@ use crate::store::local::LocalStore;
 use crate::store::missing_cache::MissingCache;
 use crate::store::object::learned_nodes::GridScope;
 use crate::store::object::SearchOptions;
+use crate::store::prefetch::PrefetchStats;
 use crate::store::transport::WireStats;
 use crate::store::Store;
 use crate::view::ViewMode;
@@ -38,12 +39,18 @@ pub fn search_options(settings: &MountSettings) -> SearchOptions {
 }
 
 /// The store a mount reads through: remote listings are slow and asked for again and again,
-/// and so are names that do not exist, so both are kept for the metadata TTL.
-pub fn with_caches(counted: Arc<dyn Store>, source: &SourceSpec, ttl: Duration) -> Arc<dyn Store> {
+/// and so are names that do not exist, so both are kept for the metadata TTL. What the
+/// metadata warm-up lists is counted in `prefetch`.
+pub fn with_caches(
+    counted: Arc<dyn Store>,
+    source: &SourceSpec,
+    ttl: Duration,
+    prefetch: Arc<PrefetchStats>,
+) -> Arc<dyn Store> {
     match source {
         SourceSpec::Remote { url, .. } => {
             let missing = Arc::new(MissingCache::new(counted, ttl));
-            let cache = ListCache::new(missing, ttl);
+            let cache = ListCache::new(missing, ttl).with_prefetch_stats(prefetch);
             Arc::new(if crate::store::remote::is_http_url(url) {
                 cache.incomplete_listings()
             } else {

@@ -23,6 +23,7 @@ mod read_ahead;
 mod target;
 mod types;
 mod v2;
+mod warm_up;
 mod write;
 
 use std::sync::Arc;
@@ -39,6 +40,7 @@ pub use open_file::{OpenFile, SnapshotBudget, SNAPSHOT_LIMIT};
 pub use target::{Batch, Target};
 use types::Source;
 pub use types::{ContentId, Node, ViewError, ViewMode, ViewOptions};
+pub use warm_up::{WarmUpLimits, WarmedUp};
 pub use write::DirMade;
 
 /// The name of a node's metadata document.
@@ -48,12 +50,14 @@ const METADATA: &str = "zarr.json";
 pub struct View {
     store: Arc<dyn Store>,
     mode: ViewMode,
-    nodes: NodeCache,
+    nodes: Arc<NodeCache>,
     stats: Arc<ShardStats>,
     read_ahead: u64,
     v2: v2::V2Nodes,
     /// What the snapshots of open files may hold (see [`open_file`]).
     snapshots: Arc<SnapshotBudget>,
+    /// The source is remote (see [`ViewOptions::remote`]).
+    remote: bool,
 }
 
 /// `a/b/c` -> (`a/b`, `c`); `c` -> (`""`, `c`).
@@ -77,8 +81,8 @@ impl View {
     pub fn new(store: Arc<dyn Store>, options: &ViewOptions) -> Self {
         let index_cache = Arc::new(IndexCache::new(options.index_cache_bytes));
         let stats = Arc::new(ShardStats::default());
-        let data_cache = (options.data_cache_bytes > 0)
-            .then(|| Arc::new(DataCache::new(options.data_cache_bytes, stats.clone())));
+        let data_cache =
+            (options.data_cache_bytes > 0).then(|| Arc::new(DataCache::new(options.data_cache_bytes, stats.clone())));
         let shard_options = ShardOptions {
             revalidate_after: options.metadata_ttl,
             prefetch_bytes: if data_cache.is_some() {
@@ -97,7 +101,13 @@ impl View {
             stats,
         };
         let stats = shard_options.stats.clone();
-        let nodes = NodeCache::new(store.clone(), index_cache, shard_options, options.metadata_ttl);
+        let nodes = Arc::new(NodeCache::new(
+            store.clone(),
+            index_cache,
+            shard_options,
+            options.metadata_ttl,
+            options.prefetch_stats.clone(),
+        ));
         let v2 = v2::V2Nodes::new(options.metadata_ttl, options.v2_compressor, options.index_cache_bytes);
         View {
             store,
@@ -107,7 +117,13 @@ impl View {
             read_ahead: if options.remote { options.prefetch_bytes } else { 0 },
             v2,
             snapshots: SnapshotBudget::new(options.open_snapshot_bytes),
+            remote: options.remote,
         }
+    }
+
+    /// The store the view reads through.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 
     /// Cache and commit counters of the sharding layer.

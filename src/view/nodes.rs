@@ -4,6 +4,11 @@
 //! and cached per directory, bounded in entries, revalidated against the metadata's version
 //! after a time-to-live. Bad metadata is logged once per version and the node is shown raw.
 //!
+//! One fetch per directory is in flight at a time ([`Flights`]): a lookup that needs a kind
+//! being read (by the metadata warm-up, `warm_up`, or another lookup) waits for it and takes
+//! the answer it cached, instead of sending the same request. An answer read while the
+//! directory's entry was dropped (its metadata written through the mount) is not cached.
+//!
 //! Arrays created through the mount with sharding are shown as stored for the rest of the
 //! mount's life ([`NodeCache::show_as_stored`]): their client writes whole shards as files, and
 //! reinterpreting them as inner chunks once the cache expires would store garbage. The set is
@@ -12,6 +17,7 @@
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +26,8 @@ use lru::LruCache;
 
 use crate::shard::{IndexCache, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
+use crate::store::prefetch::{first_use, PrefetchStats};
+use crate::store::single_flight::Flights;
 use crate::store::{GetOptions, GetResult, Store, StoreError, Version};
 use crate::zarr::consolidated::rewrite_group;
 use crate::zarr::draft::{parse_draft_array, rewrite_draft_unsharded, DraftLayout};
@@ -77,6 +85,8 @@ struct Cached {
     key: String,
     version: Option<Version>,
     checked_at: Instant,
+    /// Read by the warm-up and not used by anyone else yet.
+    prefetched: bool,
 }
 
 #[derive(Debug)]
@@ -89,6 +99,11 @@ pub struct NodeCache {
     /// Directories whose arrays are shown as stored whatever they hold (created through the
     /// mount with sharding).
     as_stored: Mutex<HashSet<String>>,
+    /// Fetches in flight, by directory.
+    flights: Flights,
+    /// Bumped whenever entries are dropped: an answer read across it is not cached.
+    generation: AtomicU64,
+    stats: Arc<PrefetchStats>,
 }
 
 impl NodeCache {
@@ -97,6 +112,7 @@ impl NodeCache {
         index_cache: Arc<IndexCache>,
         shard_options: ShardOptions,
         ttl: Duration,
+        stats: Arc<PrefetchStats>,
     ) -> Self {
         let cap = NonZeroUsize::new(NODE_CACHE_ENTRIES).unwrap_or(NonZeroUsize::MIN);
         NodeCache {
@@ -106,7 +122,15 @@ impl NodeCache {
             ttl,
             entries: Mutex::new(LruCache::new(cap)),
             as_stored: Mutex::default(),
+            flights: Flights::default(),
+            generation: AtomicU64::new(0),
+            stats,
         }
+    }
+
+    /// How long a kind is trusted before its document's version is checked again.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 
     /// Whether arrays at `dir` are shown as stored for the rest of the mount's life.
@@ -123,6 +147,7 @@ impl NodeCache {
             .unwrap_or_else(|e| e.into_inner())
             .insert(dir.to_string());
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        self.generation.fetch_add(1, Ordering::SeqCst);
         entries.pop(dir);
         for (i, _) in dir.match_indices('/') {
             entries.pop(&dir[..i]);
@@ -133,9 +158,19 @@ impl NodeCache {
 
     fn cached(&self, dir: &str) -> Option<(NodeInfo, Option<Version>, Duration)> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .get(dir)
-            .map(|c| (c.info.clone(), c.version.clone(), c.checked_at.elapsed()))
+        let c = entries.get_mut(dir)?;
+        let age = c.checked_at.elapsed();
+        if age < self.ttl {
+            first_use(&mut c.prefetched, &self.stats);
+        }
+        Some((c.info.clone(), c.version.clone(), age))
+    }
+
+    /// The cached kind of `dir` if it was checked less than the TTL ago.
+    fn fresh(&self, dir: &str) -> Option<NodeInfo> {
+        self.cached(dir)
+            .filter(|(_, _, age)| *age < self.ttl)
+            .map(|(info, ..)| info)
     }
 
     /// Whether `dir` was seen holding a metadata document less than the TTL ago: a directory.
@@ -143,8 +178,12 @@ impl NodeCache {
         matches!(self.cached(dir), Some((_, Some(_), age)) if age < self.ttl)
     }
 
-    fn remember(&self, dir: &str, info: NodeInfo, key: String, version: Option<Version>) {
+    /// Cache what was read of `dir`, unless entries were dropped since generation `started`.
+    fn remember(&self, dir: &str, info: NodeInfo, key: String, version: Option<Version>, started: u64) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if self.generation.load(Ordering::SeqCst) != started {
+            return;
+        }
         entries.put(
             dir.to_string(),
             Cached {
@@ -152,13 +191,16 @@ impl NodeCache {
                 key,
                 version,
                 checked_at: Instant::now(),
+                prefetched: crate::store::prefetch::prefetching(),
             },
         );
     }
 
     /// Forget what is known of `dir` (its metadata was just written).
     pub fn forget(&self, dir: &str) {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).pop(dir);
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        entries.pop(dir);
     }
 
     /// The kind of the directory `dir` (of a final hierarchy, or the root of any).
@@ -179,35 +221,48 @@ impl NodeCache {
     }
 
     /// The kind of `dir` from the first of `keys` that is stored (cached for the TTL, then
-    /// revalidated by the document's version).
+    /// revalidated by the document's version). One fetch per directory at a time.
     async fn info_from(&self, dir: &str, keys: &[String], draft: Option<DraftLayout>) -> Result<NodeInfo, StoreError> {
-        let cached = self.cached(dir);
-        if let Some((info, _, age)) = &cached {
-            if *age < self.ttl {
-                return Ok(info.clone());
-            }
+        if let Some(info) = self.fresh(dir) {
+            return Ok(info);
         }
-        if let Some((info, version, _)) = cached {
+        // A TTL of zero caches nothing that a waiter could take.
+        let _flight = if self.ttl.is_zero() {
+            None
+        } else {
+            let (flight, waited) = self.flights.board(dir).await;
+            if waited {
+                self.stats.joined();
+                if let Some(info) = self.fresh(dir) {
+                    return Ok(info);
+                }
+            }
+            Some(flight)
+        };
+        let started = self.generation.load(Ordering::SeqCst);
+        if let Some((info, version, _)) = self.cached(dir) {
             let key = self.cached_key(dir).unwrap_or_default();
+            self.stats.document_sent();
             let current = self.store.head(&key).await?.map(|m| m.version);
             if current == version && (version.is_some() || keys.len() == 1) {
-                self.remember(dir, info.clone(), key, version);
+                self.remember(dir, info.clone(), key, version, started);
                 return Ok(info);
             }
         }
         for key in keys {
+            self.stats.document_sent();
             if let Some(got) = self.store.get(key, GetOptions::default()).await? {
                 let version = Some(got.meta.version.clone());
                 let info = match draft {
                     Some(layout) => self.load_draft(dir, key, &got, layout),
                     None => self.load(dir, key, &got),
                 };
-                self.remember(dir, info.clone(), key.clone(), version.clone());
+                self.remember(dir, info.clone(), key.clone(), version.clone(), started);
                 return Ok(info);
             }
         }
         let first = keys.first().cloned().unwrap_or_default();
-        self.remember(dir, NodeInfo::Plain, first, None);
+        self.remember(dir, NodeInfo::Plain, first, None, started);
         Ok(NodeInfo::Plain)
     }
 

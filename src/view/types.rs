@@ -43,6 +43,8 @@ pub struct ViewOptions {
     pub v2_compressor: crate::zarr::transcode::V2Compressor,
     /// Bytes of whole chunks that files open for reading may hold together (see `open_file`).
     pub open_snapshot_bytes: u64,
+    /// Where the node cache counts what the metadata warm-up read and what of it was used.
+    pub prefetch_stats: std::sync::Arc<crate::store::prefetch::PrefetchStats>,
 }
 
 impl Default for ViewOptions {
@@ -57,6 +59,7 @@ impl Default for ViewOptions {
             max_probe_shards: crate::shard::DEFAULT_MAX_PROBE_SHARDS,
             v2_compressor: Default::default(),
             open_snapshot_bytes: 64 << 20,
+            prefetch_stats: Default::default(),
         }
     }
 }
