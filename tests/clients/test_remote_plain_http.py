@@ -292,16 +292,18 @@ def test_a_page_that_keeps_failing_fails_the_listing_with_eio(page_proxy, mounte
     prefix = remote.view_prefix("http")
     view = mounter(f"{page_proxy.url}/{SR.join_key(SR.BUCKET, prefix)}", "--read-only")
     assert "ts" in os.listdir(view.path())
-    broken = f"/{SR.join_key(SR.BUCKET, prefix)}/zp/"
+    # Below a Zarr v2 group: not listed ahead by the mount's metadata warm-up (it lists v3
+    # groups, which are therefore listed already).
+    broken = f"/{SR.join_key(SR.BUCKET, prefix)}/legacy/v2/"
     page_proxy.arm(FailObject(broken))
     with pytest.raises(OSError) as err:
-        os.listdir(view.path("zp"))
+        os.listdir(view.path("legacy/v2"))
     assert err.value.errno == errno.EIO
     assert sum(1 for s in page_proxy.seen if s.key == broken) == 5
     assert "503" in view.log_text() and "after 5 tries" in view.log_text()
     assert os.listdir(view.path("ts"))
     page_proxy.disarm()
-    assert os.listdir(view.path("zp"))
+    assert os.listdir(view.path("legacy/v2"))
 
 
 @pytest.mark.parametrize("path", COPIED)

@@ -98,7 +98,9 @@ class Seen:
             return False
         date, region, service, signed, signature = m.groups()
         path, _, query = self.target.partition("?")
-        pairs = sorted(tuple(p.partition("=")[::2]) for p in query.split("&") if p)
+        # SigV4 encodes the query strictly (a space is %20), whatever the client sent ('+').
+        strict = lambda s: urllib.parse.quote(urllib.parse.unquote_plus(s), safe="-_.~")  # noqa: E731
+        pairs = sorted((strict(k), strict(v)) for k, _, v in (p.partition("=") for p in query.split("&") if p))
         names = signed.split(";")
         if any(n not in self.headers for n in names):
             return False
