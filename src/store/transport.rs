@@ -221,6 +221,11 @@ struct CountingService {
 impl HttpService for CountingService {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let request = format!("{} {}", req.method(), req.uri());
+        // In the log a ranged read shows its range (a retry keeps the URI, not always the range).
+        let shown = match req.headers().get(http::header::RANGE).and_then(|r| r.to_str().ok()) {
+            Some(range) => format!("{request} {range}"),
+            None => request.clone(),
+        };
         let safe = req.method() == http::Method::GET || req.method() == http::Method::HEAD;
         let req_is_page = req.method() == http::Method::GET && req.uri().path().ends_with('/');
         self.stats.sent(&request);
@@ -230,7 +235,7 @@ impl HttpService for CountingService {
         let ms = sent.elapsed().as_secs_f64() * 1e3;
         match answer {
             Ok(response) => {
-                tracing::debug!(status = response.status().as_u16(), ms, "{request}");
+                tracing::debug!(status = response.status().as_u16(), ms, "{shown}");
                 if transient(response.status()) {
                     self.stats.failed(&request, true);
                 } else {
@@ -251,7 +256,7 @@ impl HttpService for CountingService {
                 }))
             }
             Err(e) => {
-                tracing::debug!(ms, "{request}: {e}");
+                tracing::debug!(ms, "{shown}: {e}");
                 let retried = match e.kind() {
                     HttpErrorKind::Connect | HttpErrorKind::Request => true,
                     HttpErrorKind::Timeout | HttpErrorKind::Interrupted => safe,
