@@ -138,7 +138,11 @@ async fn concurrent_readers_of_one_shard_send_one_request() {
         let (_, bytes) = got.unwrap().expect("present");
         assert_eq!(&bytes[..], &s.built.expected[&coords][..]);
     }
-    assert_eq!(s.latent.gets.load(Relaxed), 1, "four readers of shard (0, 0): one request");
+    assert_eq!(
+        s.latent.gets.load(Relaxed),
+        1,
+        "four readers of shard (0, 0): one request"
+    );
 }
 
 /// Wait (bounded) until the background read-ahead has loaded `n` indexes.
@@ -170,32 +174,78 @@ async fn a_walk_finds_its_shards_fetched_ahead() {
             let (_, bytes) = s.array.read_chunk(&[row, col], 0, u64::MAX).await.unwrap().unwrap();
             assert_eq!(&bytes[..], &s.built.expected[&vec![row, col]][..], "{row}/{col}");
         }
-        assert_eq!(files.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), (0..8).map(name).collect::<Vec<_>>());
+        assert_eq!(
+            files.iter().map(|e| e.name.clone()).collect::<Vec<_>>(),
+            (0..8).map(name).collect::<Vec<_>>()
+        );
     }
     assert_eq!(s.latent.gets.load(Relaxed), before, "the walk sent no GET of its own");
     let used = s.stats.ahead_used_bytes.load(Relaxed);
-    assert_eq!(used, s.stats.ahead_bytes.load(Relaxed), "every byte fetched ahead was read");
+    assert_eq!(
+        used,
+        s.stats.ahead_bytes.load(Relaxed),
+        "every byte fetched ahead was read"
+    );
     assert_eq!(s.stats.ahead_wasted_bytes.load(Relaxed), 0);
     let _ = &s.spec;
 }
 
-#[tokio::test]
-async fn read_ahead_stays_within_a_quarter_of_the_data_cache() {
-    // 16 shards of 4 chunks of 1,000 bytes; windows of 4 KiB (a whole shard each); a cache of
-    // 32 KiB leaves a budget of 8 KiB: two shards fetched ahead and never read fill it.
+/// 16 shards of 4 chunks of 1,000 bytes (about 4 KiB a shard), windows of 4 KiB (a whole
+/// shard each), a data cache of `cache` bytes.
+fn four_kib_shards(cache: usize) -> (Arc<Latent>, Arc<zarrfs::shard::ShardedArray>, Arc<ShardStats>, Built) {
     let spec = ArraySpec::new(&[16, 16], &[4, 4], &[2, 2]);
     let built = spec.build("a/", &spec.full_chunks(3, 1000, 1000));
     let latent = Latent::new(memory_store(&built.files));
     let stats = Arc::new(ShardStats::default());
     let options = ShardOptions {
         prefetch_bytes: 4096,
-        ..remote(32 << 10, &stats)
+        ..remote(cache, &stats)
     };
     let array = built.open(latent.clone(), options).shared();
+    (latent, array, stats, built)
+}
+
+#[tokio::test]
+async fn read_ahead_for_a_reader_stays_within_a_quarter_of_the_data_cache() {
+    // A cache of 32 KiB leaves a budget of 8 KiB: two shards fetched ahead and not read yet
+    // fill it.
+    let (_, array, stats, _) = four_kib_shards(32 << 10);
+    array.read_chunk(&[0, 0], 0, u64::MAX).await.unwrap().unwrap(); // a reader
     array.list_chunk_dir(&[]).await.unwrap();
-    let ahead = read_ahead(&stats, 16).await;
+    let ahead = read_ahead(&stats, 15).await;
     assert!((1..=2).contains(&ahead), "{ahead} shards read ahead with room for 2");
     assert!(stats.ahead_bytes.load(Relaxed) <= 8 << 10);
+}
+
+#[tokio::test]
+async fn a_walk_that_only_lists_fetches_indexes_alone() {
+    // A cache of 128 KiB: before the walk shows what it does, read-ahead may hold 8 KiB.
+    let (latent, array, stats, built) = four_kib_shards(128 << 10);
+    array.list_chunk_dir(&[]).await.unwrap();
+    for row in 0..8 {
+        assert_eq!(array.list_chunk_dir(&[row]).await.unwrap().len(), 8);
+    }
+    read_ahead(&stats, 16).await;
+    assert_eq!(latent.gets.load(Relaxed), 16, "every shard's index, once");
+    // Windows: the two read ahead at first, and the four shards of the first row, listed
+    // before the walk had shown that it reads nothing.
+    let windows = stats.ahead_bytes.load(Relaxed);
+    assert!(
+        windows <= 6 * 4200,
+        "{windows} bytes of windows for a walk that reads nothing"
+    );
+    // Now it reads (rsync lists everything first): one request per shard brings its bytes.
+    for row in 0..8 {
+        for col in 0..8 {
+            let (_, bytes) = array.read_chunk(&[row, col], 0, u64::MAX).await.unwrap().unwrap();
+            assert_eq!(&bytes[..], &built.expected[&vec![row, col]][..]);
+        }
+    }
+    let gets = latent.gets.load(Relaxed);
+    assert!(
+        gets <= 32,
+        "{gets} requests: more than one per shard to read what was listed"
+    );
 }
 
 #[tokio::test]

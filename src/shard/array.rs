@@ -101,6 +101,8 @@ pub struct ShardedArray {
     pub(super) written: std::sync::atomic::AtomicBool,
     /// Index loads in progress, one per shard (`read_ahead`).
     pub(super) loads: super::read_ahead::Loads,
+    /// What the array's walkers do with what they list (`read_ahead`).
+    pub(super) walk: super::read_ahead::Walk,
     /// The array itself, once [`shared`](Self::shared): what a background read-ahead holds.
     pub(super) me: std::sync::OnceLock<std::sync::Weak<ShardedArray>>,
 }
@@ -145,6 +147,7 @@ impl ShardedArray {
             commits: Default::default(),
             written: Default::default(),
             loads: Default::default(),
+            walk: Default::default(),
             me: Default::default(),
         })
     }
@@ -267,13 +270,17 @@ impl ShardedArray {
         }
         let absolute = loc.offset + start;
         if let Some(cache) = &self.options.data_cache {
+            self.note_read();
             if let Some(bytes) = cache.get(&loc.shard_key, &loc.version, absolute, length) {
                 super::ShardStats::add(&self.options.stats.data_hits);
                 return Ok(bytes);
             }
             super::ShardStats::add(&self.options.stats.data_misses);
-            if cache.misses(&loc.shard_key, &loc.version) >= 2 {
-                return self.read_walking(cache, loc, absolute, length).await;
+            // None of the shard's bytes came with its index (a walk that only listed fetched
+            // it): a window now, as the index would have brought.
+            let unwindowed = self.options.prefetch_bytes > 0 && !cache.holds(&loc.shard_key, &loc.version);
+            if unwindowed || cache.misses(&loc.shard_key, &loc.version) >= 2 {
+                return self.read_walking(cache, loc, absolute, length, unwindowed).await;
             }
         }
         let range = ByteRange::Range {
@@ -287,17 +294,24 @@ impl ShardedArray {
         exact(got, loc, length)
     }
 
-    /// A reader is walking this shard's chunks (the cached region kept missing): fetch the
-    /// whole shard if it is small enough, else a prefetch window from here, in one request,
-    /// and serve the chunk from it.
+    /// A reader is walking this shard's chunks (the cached region kept missing), or reads a
+    /// shard none of whose bytes are cached (`first`): fetch the whole shard if it is small
+    /// enough (a walker: up to 64 MiB or a quarter of the cache; a first read: up to the
+    /// prefetch window), else a prefetch window from here, in one request, and serve the chunk
+    /// from it.
     async fn read_walking(
         &self,
         cache: &DataCache,
         loc: &ChunkLocation,
         absolute: u64,
         length: u64,
+        first: bool,
     ) -> Result<Bytes, StoreError> {
-        let limit = WHOLE_SHARD_LIMIT.min(cache.capacity() as u64 / 4);
+        let limit = if first {
+            self.options.prefetch_bytes
+        } else {
+            WHOLE_SHARD_LIMIT.min(cache.capacity() as u64 / 4)
+        };
         let shard_size = self.cache_size_of(&loc.shard_key);
         let range = match shard_size {
             Some(size) if size <= limit => ByteRange::Range {

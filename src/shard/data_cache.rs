@@ -120,6 +120,11 @@ impl DataCache {
         got
     }
 
+    /// Whether some bytes of this version of the shard are cached.
+    pub fn holds(&self, shard: &str, version: &Version) -> bool {
+        self.lock().regions.peek(shard).is_some_and(|r| r.version == *version)
+    }
+
     /// How many reads of this version of the shard its cached region could not serve.
     pub fn misses(&self, shard: &str, version: &Version) -> u32 {
         let state = self.lock();

@@ -34,21 +34,37 @@ impl ShardedArray {
         shard_key: &str,
         max_age: Duration,
     ) -> Result<Option<Arc<CachedIndex>>, ShardError> {
-        self.top_index_for(shard_key, max_age, false).await
+        self.top_index_for(shard_key, max_age, Purpose::Read).await
     }
 
-    /// The stored shard's index, loaded ahead of a walk (`read_ahead`) unless cached: its
-    /// prefetch window is marked as such in the data cache.
-    pub(super) async fn top_index_ahead(&self, shard_key: &str) -> Result<Option<Arc<CachedIndex>>, ShardError> {
-        self.top_index_for(shard_key, self.options.revalidate_after, true).await
+    /// The stored shard's index for a listing: with its prefetch window only while walkers of
+    /// this array read what they list (`read_ahead`).
+    pub(super) async fn top_index_listed(&self, shard_key: &str) -> Result<Option<Arc<CachedIndex>>, ShardError> {
+        let purpose = Purpose::List {
+            window: self.listing_windows(),
+        };
+        self.top_index_for(shard_key, self.options.revalidate_after, purpose)
+            .await
+    }
+
+    /// The stored shard's index, loaded ahead of a walk (`read_ahead`) unless cached, with or
+    /// without its prefetch window.
+    pub(super) async fn top_index_ahead(
+        &self,
+        shard_key: &str,
+        window: bool,
+    ) -> Result<Option<Arc<CachedIndex>>, ShardError> {
+        self.top_index_for(shard_key, self.options.revalidate_after, Purpose::Ahead { window })
+            .await
     }
 
     async fn top_index_for(
         &self,
         shard_key: &str,
         max_age: Duration,
-        ahead: bool,
+        purpose: Purpose,
     ) -> Result<Option<Arc<CachedIndex>>, ShardError> {
+        let ahead = matches!(purpose, Purpose::Ahead { .. });
         let key = IndexKey {
             shard: shard_key.to_string(),
             sub: Vec::new(),
@@ -86,7 +102,7 @@ impl ShardedArray {
             return Err(bad_layout(&self.prefix));
         };
         let since = self.cache.generation();
-        let Some(loaded) = self.load_top_index(shard_key, level, ahead).await? else {
+        let Some(loaded) = self.load_top_index(shard_key, level, purpose).await? else {
             return Ok(None);
         };
         let loaded = Arc::new(loaded);
@@ -98,14 +114,18 @@ impl ShardedArray {
         &self,
         shard_key: &str,
         level: &ShardLevel,
-        ahead: bool,
+        purpose: Purpose,
     ) -> Result<Option<CachedIndex>, ShardError> {
         let index_size = level.index_size();
         // With a data cache, read a prefetch window along with the index: the whole shard
         // when it fits, so that its chunks cost no further request.
+        let window = match purpose {
+            Purpose::Read => true,
+            Purpose::List { window } | Purpose::Ahead { window } => window,
+        };
         let want = match &self.options.data_cache {
-            Some(_) => index_size.max(self.options.prefetch_bytes),
-            None => index_size,
+            Some(_) if window => index_size.max(self.options.prefetch_bytes),
+            _ => index_size,
         };
         let range = match level.index_location {
             IndexLocation::End => ByteRange::Suffix(want),
@@ -132,14 +152,20 @@ impl ShardedArray {
         let index = decode_index(shard_key, &[], &index_bytes, level, 0, size)?;
         // Cached even when only the index came: later misses on it reveal a walking reader.
         if let Some(cache) = &self.options.data_cache {
-            if ahead {
-                let stats = &self.options.stats;
-                super::ShardStats::add(&stats.ahead_indexes);
-                stats.ahead_bytes.fetch_add(got_len, std::sync::atomic::Ordering::Relaxed);
-                cache.put_ahead(shard_key, &got.meta.version, got.offset, got.bytes.clone());
-            } else {
+            if matches!(purpose, Purpose::Read) {
                 cache.put(shard_key, &got.meta.version, got.offset, got.bytes.clone());
+            } else if window {
+                // Fetched for a listing or ahead of a walk: counted as read-ahead until a
+                // read uses it.
+                let stats = &self.options.stats;
+                stats
+                    .ahead_bytes
+                    .fetch_add(got_len, std::sync::atomic::Ordering::Relaxed);
+                cache.put_ahead(shard_key, &got.meta.version, got.offset, got.bytes.clone());
             }
+        }
+        if matches!(purpose, Purpose::Ahead { .. }) {
+            super::ShardStats::add(&self.options.stats.ahead_indexes);
         }
         Ok(Some(CachedIndex::new(&got.meta, index.0, index.1)))
     }
@@ -195,6 +221,17 @@ impl ShardedArray {
         self.cache.insert(key, entry.clone());
         Ok(entry)
     }
+}
+
+/// Why an index is loaded, which decides whether a prefetch window comes with it.
+#[derive(Debug, Clone, Copy)]
+enum Purpose {
+    /// A read needs it (and most likely the chunk's bytes next to it).
+    Read,
+    /// A listing needs it.
+    List { window: bool },
+    /// Read ahead of a walk.
+    Ahead { window: bool },
 }
 
 /// Decode the index of a (sub-)shard that occupies `len` bytes from absolute offset `start`;

@@ -151,7 +151,7 @@ impl ShardedArray {
                 if !self.index_is_fresh(&key) {
                     super::ShardStats::add(&self.options.stats.probes);
                 }
-                let found = self.top_index(&key, self.options.revalidate_after).await;
+                let found = self.top_index_listed(&key).await;
                 (coords, found)
             })
             .buffered(SHARD_PROBES)
@@ -250,6 +250,7 @@ impl ShardedArray {
         let mut children = std::collections::BTreeMap::new();
         let shards = self.shards_under(&self.shard_prefix_of(prefix)).await?;
         if leaf {
+            self.note_leaf_listing();
             // Every shard's index is needed (above the last level, the first shard holding a
             // chunk of each child settles it, and the read-ahead serves the rest).
             self.fetch_indexes(&shards).await;
@@ -302,10 +303,7 @@ impl ShardedArray {
             }
             return Ok(present);
         }
-        let Some(index) = self
-            .top_index(&self.shard_key(shard), self.options.revalidate_after)
-            .await?
-        else {
+        let Some(index) = self.top_index_listed(&self.shard_key(shard)).await? else {
             return Ok(present);
         };
         for coords in chunks {

@@ -16,16 +16,24 @@
 //!   directory and then its subdirectories, or its next siblings, in order. Listing a chunk
 //!   directory therefore starts a background fetch of the shards the walk reaches next: those
 //!   below it (a directory above the last level) and those of the next shard directories at
-//!   its level. Each load brings its prefetch window of shard bytes along with the index (the
-//!   whole shard when it fits, as a reader's own load does), so a copy finds its chunks in
-//!   memory. The walk's own listings and reads then join these fetches.
+//!   its level. The walk's own listings and reads then join these fetches.
+//! - **Bytes only for readers.** An index can bring its prefetch window of shard bytes along
+//!   in the same request (the whole shard when it fits), which saves a copy a request per
+//!   shard, and costs a listing walk (`find`, `du`) the bytes of every shard it lists. So each
+//!   array watches its walkers: a listing of a last-level directory that follows another with
+//!   no read of the array in between means the walk only lists, and its indexes are fetched
+//!   alone from then on; a read (or a listing after reads) means it copies, and windows come
+//!   along again. Until the array has been walked either way, read-ahead fetches windows
+//!   for a sixteenth of the data cache at most. A read of a shard whose bytes were not fetched
+//!   with its index gets a window (the whole shard when it fits) in its one request.
 //!
 //! Read-ahead is bounded: at most [`READ_AHEAD_SHARDS`] shards per listing, and the bytes it
 //! holds in flight and unread in the shard-data cache stay under a quarter of that cache, so
 //! memory stays within `--cache-size` and a walk's recent shards are not pushed out. Only
 //! shards whose index is not cached fresh are fetched; a failed fetch is left for the walk's
-//! own reads to meet and report. Its counters (`zarrfs stats`): indexes and bytes fetched
-//! ahead, and the prefetched bytes a read used or that left the cache unread.
+//! own reads to meet and report. Its counters (`zarrfs stats`): indexes fetched ahead, shard
+//! bytes fetched without a read asking (with listings and ahead), and of those the bytes a
+//! read used or that left the cache unread.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -42,12 +50,49 @@ pub(super) const READ_AHEAD_SHARDS: usize = 256;
 /// Next shard directories at the listed level whose shards are read ahead.
 const NEXT_SHARD_DIRS: u64 = 2;
 
+/// What the walkers of an array do with what they list (see the module's documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Not walked yet.
+    Unknown,
+    /// Walkers read what they list: windows come with indexes.
+    Copying,
+    /// Walkers only list: indexes come alone.
+    Listing,
+}
+
+/// The walk of one array.
+#[derive(Debug)]
+pub(super) struct Walk {
+    /// Reads of the array's chunks so far.
+    reads: AtomicU64,
+    /// The mode, and `reads` at the last listing of a last-level directory.
+    state: Mutex<(Mode, Option<u64>)>,
+}
+
+impl Default for Walk {
+    fn default() -> Self {
+        Walk {
+            reads: AtomicU64::new(0),
+            state: Mutex::new((Mode::Unknown, None)),
+        }
+    }
+}
+
+impl Walk {
+    fn state(&self) -> std::sync::MutexGuard<'_, (Mode, Option<u64>)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mode(&self) -> Mode {
+        self.state().0
+    }
+}
+
 /// Per-shard locks that make index loads single-flight.
 #[derive(Debug, Default)]
 pub(super) struct Loads {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Bytes of read-ahead loads in flight.
-    pub(super) ahead_in_flight: AtomicU64,
 }
 
 /// The lock of one shard's load, held while loading it.
@@ -100,8 +145,32 @@ impl ShardedArray {
         }
     }
 
-    /// Fetch the indexes of `shards` that are not cached fresh, [`index_fetches`](Self::index_fetches) at a time.
-    /// Failures are not reported here: the caller's own look at each shard meets them.
+    /// A chunk of the array is read.
+    pub(super) fn note_read(&self) {
+        self.walk.reads.fetch_add(1, Relaxed);
+        let mut state = self.walk.state();
+        state.0 = Mode::Copying;
+    }
+
+    /// A last-level chunk directory is listed: if another was listed before with no read in
+    /// between, the walk only lists.
+    pub(super) fn note_leaf_listing(&self) {
+        let reads = self.walk.reads.load(Relaxed);
+        let mut state = self.walk.state();
+        if state.1 == Some(reads) {
+            state.0 = Mode::Listing;
+        }
+        state.1 = Some(reads);
+    }
+
+    /// Whether indexes fetched for a listing bring their prefetch windows.
+    pub(super) fn listing_windows(&self) -> bool {
+        self.walk.mode() != Mode::Listing
+    }
+
+    /// Fetch the indexes of `shards` that are not cached fresh, [`index_fetches`](Self::index_fetches)
+    /// at a time, for a listing. Failures are not reported here: the caller's own look at each
+    /// shard meets them.
     pub(super) async fn fetch_indexes(&self, shards: &[Vec<u64>]) {
         let keys: Vec<String> = shards
             .iter()
@@ -113,7 +182,7 @@ impl ShardedArray {
         }
         futures::stream::iter(keys)
             .for_each_concurrent(self.index_fetches(), |key| async move {
-                let _ = self.top_index(&key, self.options.revalidate_after).await;
+                let _ = self.top_index_listed(&key).await;
             })
             .await;
     }
@@ -159,33 +228,44 @@ impl ShardedArray {
         self.fetch_ahead(shards).await;
     }
 
-    /// Load `shards`' indexes (with their prefetch windows) not cached fresh, within the byte
-    /// budget.
+    /// Load `shards`' indexes not cached fresh: with their prefetch windows within the byte
+    /// budget of the walk's mode, or alone for a walk that only lists.
     async fn fetch_ahead(&self, shards: Vec<Vec<u64>>) {
         let Some(data) = self.options.data_cache.clone() else {
             return;
         };
-        let budget = data.capacity() as u64 / 4;
-        let window = self.options.prefetch_bytes.max(1);
+        let mode = self.walk.mode();
+        let budget = match mode {
+            Mode::Copying => data.capacity() as u64 / 4,
+            Mode::Unknown => data.capacity() as u64 / 16,
+            Mode::Listing => u64::MAX,
+        };
+        let window = match mode {
+            Mode::Listing => 0,
+            _ => self.options.prefetch_bytes.max(1),
+        };
         let keys: Vec<String> = shards
             .iter()
             .map(|s| self.shard_key(s))
             .filter(|k| !self.index_is_fresh(k))
             .collect();
+        // Windows in flight stay within the budget too; beyond it, index loads stop once the
+        // unread bytes fill it (a window may bring less than the whole window).
+        let fetches = match budget.checked_div(window) {
+            None => INDEX_FETCHES,
+            Some(windows) => usize::try_from(windows).unwrap_or(usize::MAX).clamp(1, INDEX_FETCHES),
+        };
         let full = std::sync::atomic::AtomicBool::new(false);
         futures::stream::iter(keys)
-            .for_each_concurrent(self.index_fetches(), |key| {
+            .for_each_concurrent(fetches, |key| {
                 let (data, full) = (data.clone(), &full);
                 async move {
-                    // Room for one more window, counting those in flight and those unread?
-                    let held = self.loads.ahead_in_flight.fetch_add(window, Relaxed) + data.unread_ahead();
-                    if held + window > budget {
+                    if data.unread_ahead().saturating_add(window) > budget {
                         full.store(true, Relaxed);
                     }
                     if !full.load(Relaxed) {
-                        let _ = self.top_index_ahead(&key).await;
+                        let _ = self.top_index_ahead(&key, window > 0).await;
                     }
-                    self.loads.ahead_in_flight.fetch_sub(window, Relaxed);
                 }
             })
             .await;
