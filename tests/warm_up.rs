@@ -47,13 +47,18 @@ fn hierarchy() -> (BTreeMap<String, Vec<u8>>, Chunks) {
 
 /// A view over `files` as a remote mount sees them: (the view, the logged store, the counters).
 fn remote_view(files: &BTreeMap<String, Vec<u8>>) -> (View, Arc<LatencyStore>, Arc<PrefetchStats>) {
+    remote_view_for(files, TTL)
+}
+
+/// [`remote_view`] with metadata trusted for `ttl`.
+fn remote_view_for(files: &BTreeMap<String, Vec<u8>>, ttl: Duration) -> (View, Arc<LatencyStore>, Arc<PrefetchStats>) {
     let latency = Arc::new(LatencyStore::new(memory_store(files), RTT));
     let stats = Arc::new(PrefetchStats::default());
-    let missing = Arc::new(MissingCache::new(latency.clone(), TTL));
-    let store: Arc<dyn Store> = Arc::new(ListCache::new(missing, TTL).with_prefetch_stats(stats.clone()));
+    let missing = Arc::new(MissingCache::new(latency.clone(), ttl));
+    let store: Arc<dyn Store> = Arc::new(ListCache::new(missing, ttl).with_prefetch_stats(stats.clone()));
     let options = ViewOptions {
         remote: true,
-        metadata_ttl: TTL,
+        metadata_ttl: ttl,
         // As a remote mount: shard bytes cached, read along with each index.
         data_cache_bytes: 48 << 20,
         prefetch_bytes: 1 << 20,
@@ -224,4 +229,31 @@ async fn below_a_root_without_a_document_only_documents_are_read() {
     let requests = latency.requests(0);
     assert!(!requests.contains(&"list_dir v2/".to_string()), "{requests:?}");
     assert!(requests.contains(&"get v2/zarr.json".to_string()), "{requests:?}");
+}
+
+#[tokio::test]
+async fn after_the_ttl_a_node_seen_before_costs_one_request_per_level() {
+    let (files, expected) = hierarchy();
+    let ttl = Duration::from_millis(600);
+    let (view, latency, _) = remote_view_for(&files, ttl);
+    mount_time_warm_up(&view, WarmUpLimits::default()).await;
+    tokio::time::sleep(ttl).await;
+    let mark = latency.sent().len();
+    assert_eq!(
+        look_up_and_read(&view, "bench/small/c/1/0").await,
+        expected[&vec![1, 0]]
+    );
+    let requests = latency.requests(mark);
+    // Each node's document is checked (one HEAD each); its name is not asked for again.
+    for node in ["zarr.json", "bench/zarr.json", "bench/small/zarr.json"] {
+        assert!(requests.contains(&format!("head {node}")), "{requests:?}");
+    }
+    for name in [
+        "head bench",
+        "head bench/small",
+        "list_dir bench/",
+        "list_dir bench/small/",
+    ] {
+        assert!(!requests.contains(&name.to_string()), "{name}: {requests:?}");
+    }
 }

@@ -190,6 +190,14 @@ impl View {
         if self.nodes.known_dir(path) {
             return Ok(Some(Node::dir()));
         }
+        // One seen longer ago: asking whether its document is still there (which the next
+        // lookup below it needs anyway) answers, where a HEAD and a listing of the name would.
+        if self.nodes.known_dir_to_revalidate(path) {
+            self.nodes.info(path).await?;
+            if self.nodes.known_dir(path) {
+                return Ok(Some(Node::dir()));
+            }
+        }
         if let Some(meta) = self.store.head(path).await? {
             let source = Source::Stored {
                 key: path.to_string(),

@@ -178,6 +178,16 @@ impl NodeCache {
         matches!(self.cached(dir), Some((_, Some(_), age)) if age < self.ttl)
     }
 
+    /// Whether `dir` was seen holding a `zarr.json` longer than the TTL ago: [`info`](Self::info)
+    /// checks whether it still does with one request.
+    pub fn known_dir_to_revalidate(&self, dir: &str) -> bool {
+        let key = format!("{}zarr.json", dir_prefix(dir));
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .peek(dir)
+            .is_some_and(|c| c.version.is_some() && c.key == key && c.checked_at.elapsed() >= self.ttl)
+    }
+
     /// Cache what was read of `dir`, unless entries were dropped since generation `started`.
     fn remember(&self, dir: &str, info: NodeInfo, key: String, version: Option<Version>, started: u64) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
