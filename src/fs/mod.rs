@@ -215,12 +215,11 @@ impl Fs {
             let ino = self.inodes.lookup(path);
             return self.attr(ino, node);
         }
-        let ino = self.inodes.lookup_sized(path, (!node.is_dir()).then_some(node.size));
-        let attr = self.attr(ino, node);
-        if !node.is_dir() {
-            self.inodes.show(ino, attr);
+        if node.is_dir() {
+            let ino = self.inodes.lookup_sized(path, None);
+            return self.attr(ino, node);
         }
-        attr
+        self.inodes.lookup_shown(path, node.size, |ino| self.attr(ino, node))
     }
 
     /// With the page cache, the bytes of a file whose size is not its inode's are another

@@ -14,6 +14,10 @@ pub(super) fn negotiate(config: &mut KernelConfig, fs: &FsConfig) -> bool {
     let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
     // O_TRUNC arrives with OPEN instead of as a separate SETATTR.
     let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
+    // Lookups and listings in one directory may run at once: without it the kernel sends them
+    // one at a time, so readers of chunk files of one directory (zarr-python's concurrent
+    // reads, a parallel copy) would wait for each other's first fetch of a shard.
+    let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
     let _ = config.set_max_background(MAX_BACKGROUND);
     if !fs.page_cache() {
         // Files are FOPEN_DIRECT_IO (see `FsConfig::page_cache`); without this a shared mmap of

@@ -280,6 +280,13 @@ impl ShardedArray {
             // it): a window now, as the index would have brought.
             let unwindowed = self.options.prefetch_bytes > 0 && !cache.holds(&loc.shard_key, &loc.version);
             if unwindowed || cache.misses(&loc.shard_key, &loc.version) >= 2 {
+                // One such fetch per shard at a time: readers of its other chunks wait for it
+                // (parallel copies read many chunks of one shard at once).
+                let _fetching = self.loads.lock(&format!("{}\0bytes", loc.shard_key)).await;
+                if let Some(bytes) = cache.get(&loc.shard_key, &loc.version, absolute, length) {
+                    super::ShardStats::add(&self.options.stats.data_hits);
+                    return Ok(bytes);
+                }
                 return self.read_walking(cache, loc, absolute, length, unwindowed).await;
             }
         }

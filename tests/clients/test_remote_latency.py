@@ -119,3 +119,29 @@ def test_readers_of_different_shards_overlap(slow_view):
     assert not wrong, f"wrong bytes: {wrong}"
     # 8 readers, 8 shards each, one after another within a reader: 8 waves if they overlap.
     assert waves <= 8 + 6, f"8 readers of 64 shards took {waves} round trips: {d}"
+
+
+def test_readers_in_one_directory_overlap(slow_view):
+    """Lookups in one directory run in parallel (FUSE_PARALLEL_DIROPS): 8 readers of chunk
+    files of c/0 that lie in 8 shards fetch them together, where the kernel used to send the
+    lookups, each waiting for its shard's index, one at a time."""
+    view, proxy, expected = slow_view
+    (view.path("a") / "zarr.json").read_bytes()
+    assert (view.path("a") / "c" / "0").is_dir()
+    mark, s0 = proxy.mark(), stats(view)
+    keys = [f"c/0/{j}" for j in range(0, 32, 4)]
+    got: dict[str, bytes] = {}
+
+    def reader(key: str) -> None:
+        got[key] = (view.path("a") / key).read_bytes()
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in keys]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    waves, d = proxy.waves(mark), delta(s0, stats(view))
+    record("readers of one directory at latency", rtt_ms=RTT_MS, waves=waves, requests=d)
+    assert got == {k: expected[k] for k in keys}, "wrong bytes"
+    assert d["get"] == len(keys), f"one GET per shard: {d}"
+    assert waves <= 3, f"8 readers of 8 shards in one directory took {waves} round trips: {d}"

@@ -33,6 +33,23 @@ impl InodeTable {
     /// new one.
     pub fn lookup_sized(&self, path: &str, size: Option<u64>) -> u64 {
         let mut t = self.lock();
+        Self::lookup_sized_in(&mut t, path, size)
+    }
+
+    /// [`lookup_sized`](Self::lookup_sized) a file and remember the attributes `attr_of` gives
+    /// its inode as shown, in one step: two lookups of one name at once (the kernel sends them
+    /// in parallel) cannot both take the same inode for two sizes. Returns what was shown.
+    pub fn lookup_shown(&self, path: &str, size: u64, attr_of: impl FnOnce(u64) -> Attr) -> Attr {
+        let mut t = self.lock();
+        let ino = Self::lookup_sized_in(&mut t, path, Some(size));
+        let attr = attr_of(ino);
+        match t.by_ino.get_mut(&ino) {
+            Some(inode) => inode.shown.get_or_insert(Shown { attr }).attr,
+            None => attr,
+        }
+    }
+
+    fn lookup_sized_in(t: &mut super::Tables, path: &str, size: Option<u64>) -> u64 {
         let mut ino = t.at(path);
         let replace = t.by_ino.get(&ino).is_some_and(|i| {
             let other = matches!((&i.shown, size), (Some(s), Some(size)) if s.attr.size != size);
