@@ -68,7 +68,9 @@ impl InodeTable {
     }
 
     /// Remember that the kernel was given `attr` for the file `ino`, unless it was given some
-    /// before (then `attr` has the same size).
+    /// before (then `attr` has the same size). Lookups do this with
+    /// [`lookup_shown`](Self::lookup_shown).
+    #[cfg(test)]
     pub fn show(&self, ino: u64, attr: Attr) {
         if let Some(inode) = self.lock().by_ino.get_mut(&ino) {
             inode.shown.get_or_insert(Shown { attr });
