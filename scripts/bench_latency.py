@@ -4,7 +4,8 @@ for, at cloud round trips, side by side in one run (see bench_latency.sh for wha
 
 Subcommands:
     run WORK --bin ZARRFS --proxy PROXY
-        the whole benchmark (env: LATENCIES, SIZES, RUNS, ROWS, LAT_S3_PORT, LAT_HTTP_PORT);
+        the whole benchmark (env: LATENCIES, SIZES, RUNS, FLOOR_RUNS, ROWS, CLIENT_CAP, LAT_S3_PORT,
+        LAT_HTTP_PORT);
         results in WORK/results.jsonl, the table on stdout, progress on stderr
     client zarr|xarray|tensorstore SIZE TARGET [DEST]
         one Python client reading array SIZE of the fixture (TARGET: a URL or a directory;
@@ -57,6 +58,21 @@ def say(msg: str) -> None:
 
 def now() -> float:
     return time.monotonic()
+
+
+def fs_type(path: Path) -> str:
+    """The file system holding PATH (the longest mount point above it in /proc/mounts)."""
+    best, kind = "", "?"
+    for line in Path("/proc/mounts").read_text().splitlines():
+        parts = line.split()
+        mnt = parts[1].encode().decode("unicode_escape")
+        if (str(path) == mnt or str(path).startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            best, kind = mnt, parts[2]
+    return kind
+
+
+def lat_name(lat: float | None) -> str:
+    return "local" if lat is None else f"{lat:g} ms"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,6 +155,28 @@ def check_view_copy(dest: Path, name: str) -> str | None:
         if (dest / rel).read_bytes() != chunk_bytes(data, coords, side):
             return f"{rel}: bytes differ from the written data"
     return None
+
+
+def check_dataset_copy(dest: Path, name: str) -> str | None:
+    """DEST is a copy of dataset NAME in the unsharded view (row n's copy): a group zarr.json whose
+    consolidated entry of the array shows the inner chunks and no sharding, and the array's
+    directory as check_view_copy wants it; nothing else."""
+    try:
+        doc = json.loads((dest / "zarr.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"zarr.json: {e}"
+    if doc.get("node_type") != "group":
+        return f"zarr.json: node_type {doc.get('node_type')!r}, expected group"
+    entry = ((doc.get("consolidated_metadata") or {}).get("metadata") or {}).get(VAR)
+    if not entry:
+        return f"zarr.json: no consolidated entry for {VAR}"
+    got = entry.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape")
+    if got != [ARRAYS[name]] * 2 or any(c.get("name") == "sharding_indexed" for c in entry.get("codecs", [])):
+        return f"zarr.json: the consolidated entry of {VAR} is not unsharded ({got})"
+    top = sorted(p.name for p in dest.iterdir())
+    if top != sorted(["zarr.json", VAR]):
+        return f"top level {top}, expected zarr.json and {VAR}"
+    return check_view_copy(dest / VAR, name)
 
 
 def check_raw_copy(dest: Path, src: Path) -> str | None:
@@ -332,13 +370,15 @@ class Bench:
         self.results = work / "results.jsonl"
         self.results.write_text("")
         self.runs = int(os.environ.get("RUNS", "1"))
+        # row n is a floor: its fastest of a few runs (cheap: no network, no mount)
+        self.floor_runs = int(os.environ.get("FLOOR_RUNS", "") or max(self.runs, 2))
         self.cap = float(os.environ.get("CLIENT_CAP", "120"))
         self.latencies = [float(x) for x in os.environ.get("LATENCIES", "0 20 50").split()]
         self.sizes = os.environ.get("SIZES", "small large").split()
         for s in self.sizes:
             if s not in ("small", "large"):
                 raise BenchError(f"SIZES: {s!r} is not small or large")
-        self.rows = set(os.environ.get("ROWS", "abcdefgh"))
+        self.rows = set(os.environ.get("ROWS", "abcdefghn"))
         self.s3_port = int(os.environ.get("LAT_S3_PORT", "9290"))
         self.http_port = int(os.environ.get("LAT_HTTP_PORT", "9291"))
         self.servers_env = dict(
@@ -456,7 +496,7 @@ class Bench:
         with open(self.results, "a") as f:
             f.write(json.dumps(rec) + "\n")
         z, ref = rec.get("z"), rec.get("ref")
-        parts = [f"{rec['lat']:g} ms", LABEL.get(rec.get("size"), "-"), rec["what"]]
+        parts = [lat_name(rec["lat"]), LABEL.get(rec.get("size"), "-"), rec["what"]]
         if z:
             parts.append(f"{z.get('seconds', float('nan')):.3f} s")
         if ref:
@@ -468,22 +508,24 @@ class Bench:
 
     # -- measuring
 
-    def measure(self, proxy: Proxy, op, check=None, mount: tuple | None = None) -> dict:
-        """RUNS times: (a fresh mount of mount=(url, env, args)), drop the page cache, run op
+    def measure(self, proxy: Proxy | None, op, check=None, mount: tuple | None = None,
+                runs: int | None = None) -> dict:
+        """RUNS (or runs) times: (a fresh mount of mount=(url, env, args)), drop the page cache, run op
         (timed; it may return {"seconds": ...} measured inside a client), then check; the
-        fastest run with its counters."""
+        fastest run with its counters (the proxy's, if the op goes through one)."""
         best = None
-        for _ in range(self.runs):
+        for _ in range(runs or self.runs):
             rec: dict = {}
             m = self.mount(*mount) if mount else None
             try:
                 self.drop_caches()
                 s0 = mount_stats(m.mnt) if m else None
-                mk = proxy.mark()
+                mk = proxy.mark() if proxy else 0
                 t0 = now()
                 out = op(m) or {}
                 rec["seconds"] = out.pop("seconds", now() - t0)
-                rec.update(proxy.count(mk))
+                if proxy:
+                    rec.update(proxy.count(mk))
                 if m:
                     s1 = mount_stats(m.mnt)
                     rec["delta"] = {k: v - s0.get(k, 0) for k, v in s1.items() if isinstance(v, (int, float))}
@@ -502,11 +544,14 @@ class Bench:
                 best = rec
         return best
 
-    def row(self, lat: float, size: str | None, rid: str, what: str, z=None, ref_what: str = "", ref=None,
-            note: str = "") -> dict:
-        """Measure and record one row; z and ref are thunks returning measure() records. A row that
-        fails is recorded with the error and the run goes on."""
+    def row(self, lat: float | None, size: str | None, rid: str, what: str, z=None, ref_what: str = "", ref=None,
+            note: str = "", floor: str | None = None) -> dict:
+        """Measure and record one row (lat None: row n, no network); z and ref are thunks returning
+        measure() records; floor names the client whose row n is this row's floor (the n row
+        itself names it too). A row that fails is recorded with the error and the run goes on."""
         rec = {"lat": lat, "size": size, "row": rid, "what": what, "ref_what": ref_what, "note": note}
+        if floor:
+            rec["floor"] = floor
         for side, fn in (("z", z), ("ref", ref)):
             if fn is None:
                 continue
@@ -515,7 +560,7 @@ class Bench:
             except Exception as e:  # noqa: BLE001 - one broken row must not lose the others
                 self.failures += 1
                 rec[side] = {"error": f"{type(e).__name__}: {e}"[:300], "check": "error"}
-                say(f"{lat:g} ms {rid} {what}: {rec[side]['error']}")
+                say(f"{lat_name(lat)} {rid} {what}: {rec[side]['error']}")
                 for m in list(self.mounts):
                     self.unmount(m)
         self.record(rec)
@@ -559,6 +604,57 @@ class Bench:
             return err
         return check
 
+    def native_rows(self) -> None:
+        """Row n, once per chunk size before the latency loops: an unsharded copy of the view's
+        dataset on local disk (cp -r from a fresh mount at 0 ms, checked), then the clients of rows
+        b, c and d on it with no network and no FUSE: their own cost per file, a floor for those
+        rows."""
+        say("no network, no FUSE: unsharded copies of the view on local disk (made through a 0 ms mount)")
+        proxy = Proxy(self, "copy", self.http_port, 0)
+        self.proxies.append(proxy)
+        mount = (f"http://127.0.0.1:{proxy.port}/zarrfs/{PREFIX}", None, ())
+        native = self.work / "native"
+        native.mkdir(exist_ok=True)
+        try:
+            for size in self.sizes:
+                copy = native / size
+                shutil.rmtree(copy, ignore_errors=True)
+
+                def make(m, copy=copy, size=size):
+                    self.sh(["cp", "-r", str(m.mnt / size), str(copy)])
+
+                made = self.row(None, size, "n", f"the copy: cp -r view/{size} (the dataset) at 0 ms",
+                                note=f"on {fs_type(native)}",
+                                z=lambda make=make, copy=copy, size=size: self.measure(
+                                    proxy, make, lambda _o: check_dataset_copy(copy, size), mount))
+                if made["z"].get("check") != "ok":
+                    say(f"  no floor rows for {LABEL[size]}: the copy is not right")
+                    continue
+                self.floor_rows(size, copy / VAR)
+        finally:
+            proxy.close()
+            self.proxies.remove(proxy)
+
+    def floor_rows(self, size: str, arr: Path) -> None:
+        dest = self.fresh(f"cp-native-{size}")
+
+        def cp(_m):
+            self.sh(["cp", "-r", str(arr), str(dest)])
+
+        self.row(None, size, "n", "cp -r copy", floor="cp",
+                 z=lambda: self.measure(None, cp, self.view_and_done(dest, size), runs=self.floor_runs))
+        rdest = self.fresh(f"rclone-native-{size}")
+
+        def rclone_local(_m):
+            self.sh(self.rclone_cmd(str(arr), rdest, []))
+
+        self.row(None, size, "n", "rclone copy copy/ (16 transfers)", floor="rclone",
+                 z=lambda: self.measure(None, rclone_local, self.view_and_done(rdest, size), runs=self.floor_runs))
+        for kind in ("zarr", "xarray"):
+            self.row(None, size, "n", f"{kind} of the copy", floor=kind,
+                     z=lambda kind=kind: self.measure(None, lambda _m: self.py_client(kind, size, str(arr.parent)),
+                                                     runs=self.floor_runs))
+
     def run_latency(self, lat: float) -> None:
         say(f"round trip {lat:g} ms")
         dav = Proxy(self, "dav", self.http_port, lat)
@@ -590,7 +686,7 @@ class Bench:
             b = None
             if "b" in self.rows or "e" in self.rows:
                 dest = self.fresh(f"cp-{size}")
-                b = self.row(lat, size, "b", "cp -r view", ref_what="rclone raw (a)", ref=ref_a,
+                b = self.row(lat, size, "b", "cp -r view", ref_what="rclone raw (a)", ref=ref_a, floor="cp",
                              z=lambda: self.measure(dav, self.cp_view(size, dest), self.view_and_done(dest, size),
                                                     http_mount))["z"]
             if "c" in self.rows:
@@ -600,11 +696,12 @@ class Bench:
                     self.sh(self.rclone_cmd(str(m.mnt / size / VAR), dest, []))
 
                 self.row(lat, size, "c", "rclone copy view/ (16 transfers)", ref_what="rclone raw (a)", ref=ref_a,
+                         floor="rclone",
                          z=lambda: self.measure(dav, rclone_view, self.view_and_done(dest, size), http_mount))
             if "d" in self.rows:
                 for kind in ("zarr", "xarray"):
                     direct = f"{root_url}/{size}"
-                    self.row(lat, size, "d", f"{kind} via view", ref_what=f"{kind} over HTTP",
+                    self.row(lat, size, "d", f"{kind} via view", ref_what=f"{kind} over HTTP", floor=kind,
                              ref=lambda kind=kind, direct=direct: self.measure(
                                  dav, lambda _m: self.py_client(kind, size, direct)),
                              z=lambda kind=kind: self.measure(
@@ -710,6 +807,8 @@ def run(work: Path, bin_path: str, proxy_path: str) -> int:
         say("writing the fixture (xarray to_zarr, zarr_format=3, 3 arrays x 16 shards)")
         write_fixture(b.fx)
         b.start_servers()
+        if "n" in b.rows:
+            b.native_rows()
         for lat in b.latencies:
             b.run_latency(lat)
     finally:
@@ -744,7 +843,7 @@ def header(b: Bench, load0: list, total: float) -> str:
         f"  {os.cpu_count()} cores, page caches {'dropped before each measurement' if b.can_drop else 'NOT dropped (no permission)'},"
         f" load avg {' '.join(load0)} at start, {' '.join(load1)} at end; total {total:.0f} s; RUNS={b.runs} (fastest kept),"
         f" LATENCIES=\"{' '.join(f'{x:g}' for x in b.latencies)}\" SIZES=\"{' '.join(b.sizes)}\""
-        f" ROWS={''.join(sorted(b.rows))} CLIENT_CAP={b.cap:g}",
+        f" ROWS={''.join(sorted(b.rows))} CLIENT_CAP={b.cap:g}{f' FLOOR_RUNS={b.floor_runs}' if 'n' in b.rows else ''}",
         f"  {rclone}; {vers}; servers on 127.0.0.1: nginx (WebDAV port {b.http_port}, index pages {b.http_port + 1}),"
         f" moto {'(port ' + str(b.s3_port) + ')' if b.s3_env else 'not used'}",
         "  fixture: 3 xarray datasets (zarr_format=3, consolidated), 4096x4096 uint16 random, 16 shards x 2 MiB"
@@ -774,10 +873,31 @@ def secs(side) -> str:
     return f"{side['seconds']:.2f}" if side["seconds"] >= 0.1 else f"{side['seconds']:.3f}"
 
 
+def notes_of(*sides) -> str:
+    checks = [s["check"] for s in sides if s.get("check") and s["check"] != "ok"]
+    checks += [s["error"] for s in sides if s.get("error")]
+    return "; ".join(checks) if checks else ("ok" if any(sides) else "")
+
+
 def table(results: str) -> None:
-    recs = [json.loads(line) for line in open(results) if line.strip()]
-    head = ["row", "chunks", "zarrfs", "s", "reference", "ref s", "ratio", "reqs", "GET", "GET MiB",
-            "peak", "conns", "waves", "ref reqs", "ref waves", "mount s", "check / notes"]
+    all_recs = [json.loads(line) for line in open(results) if line.strip()]
+    native = [r for r in all_recs if r["lat"] is None]
+    recs = [r for r in all_recs if r["lat"] is not None]
+    # row n's seconds per (chunk size, client): the floor of the rows b, c, d naming that client
+    floors = {(r["size"], r["floor"]): r["z"] for r in native
+              if r.get("floor") and r.get("z") and "error" not in r["z"] and r["z"].get("check") == "ok"}
+    if native:
+        rows = []
+        for r in native:
+            z = r.get("z") or {}
+            notes = notes_of(z)
+            if "mount_s" in z:
+                notes += f" ({r['note'] + ', ' if r.get('note') else ''}mount {z['mount_s']:.2f} s)"
+            rows.append([r["row"], LABEL.get(r.get("size"), "all"), r["what"], secs(z), notes])
+        print("\n== no network, no FUSE: the unsharded copy on local disk " + "=" * 42)
+        print(fmt_table(["row", "chunks", "client on the copy", "s", "check / notes"], rows))
+    head = ["row", "chunks", "zarrfs", "s", "reference", "ref s", "ratio"] + (["vs floor"] if floors else []) + [
+        "reqs", "GET", "GET MiB", "peak", "conns", "waves", "ref reqs", "ref waves", "mount s", "check / notes"]
     for lat in dict.fromkeys(r["lat"] for r in recs):
         rows = []
         for r in (r for r in recs if r["lat"] == lat):
@@ -793,14 +913,17 @@ def table(results: str) -> None:
             if z.get("seconds") and ref.get("seconds") and "error" not in z and "error" not in ref:
                 bound = ">=" if ref.get("capped") else "<=" if z.get("capped") else ""
                 ratio = f"{bound}{ref['seconds'] / z['seconds']:.2f}x"
-            checks = [c for c in (z.get("check"), ref.get("check")) if c and c != "ok"]
-            checks += [s["error"] for s in (z, ref) if s.get("error")]
-            notes = "; ".join(checks) if checks else ("ok" if (z or ref) else "")
+            vs_floor = ""
+            fl = floors.get((r.get("size"), r.get("floor")))
+            if fl and fl.get("seconds") and z.get("seconds") and "error" not in z:
+                vs_floor = f"{'>=' if z.get('capped') else ''}{z['seconds'] / fl['seconds']:.2f}x"
+            notes = notes_of(z, ref)
             if z.get("out"):
                 notes += f" ({z['out']})"
             waves = lambda s: "" if not s else ("-" if s.get("waves") is None else s["waves"])  # noqa: E731
             rows.append([
                 r["row"], LABEL.get(r.get("size"), "all"), what, secs(z), ref_what, secs(ref), ratio,
+                *([vs_floor] if floors else []),
                 d.get("http_requests", "-") if z else "", d.get("get", "-") if z else "",
                 f"{d['get_bytes'] / 2**20:.1f}" if "get_bytes" in d else ("-" if z else ""),
                 z.get("peak", "-") if z else "", z.get("conns", "") if z else "", waves(z),
@@ -822,7 +945,17 @@ the array from the view; c: rclone copy (local, 16 transfers) from the view; d: 
 xr.open_zarr(...).load() (defaults, a fresh process each, time = open + read) of the mount vs of
 the URL (fsspec HTTP); e: tensorstore reading the sharded array over HTTP and writing an unsharded
 copy, vs b; f: cat of c/0/0 right after the mount; g: a cold find / ls -lR / du -s of the root
-(3 arrays, 48 shards, 5,376 chunk files); h: the same over S3 (moto).""")
+(3 arrays, 48 shards, 5,376 chunk files); h: the same over S3 (moto).
+n: no network, no FUSE: the clients of b, c and d alone on an unsharded copy of the view on local
+disk (made once per chunk size before the latency rows: cp -r of the view's dataset from a fresh
+mount at 0 ms, checked, its time shown for information); page cache dropped, the fastest of
+FLOOR_RUNS runs kept: cp -r of the array, rclone copy of it (local, 16 transfers, as c),
+zarr.open_group(copy)["data"][...] and xr.open_zarr(copy).load() (a fresh process each, values
+checked). That is the client's own cost per file (open, read, write: 4096 files at 8 KiB, 256 at
+128 KiB), independent of zarrfs: a floor for rows b, c and d, which nothing serving one file per
+chunk can beat, while the references of a and d read the 16 shards and can. vs floor: zarrfs
+seconds / row n seconds of the same client and chunk size (b: cp -r, c: rclone, d: zarr, xarray;
+1.00x = at the floor); the ratio column stays vs each row's reference.""")
 
 
 def main(argv: list) -> int:

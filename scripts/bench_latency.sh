@@ -14,6 +14,11 @@
 #   f  cat of the first chunk file right after the mount: seconds, requests, round trips
 #   g  a cold find, ls -lR and du -s of the root (3 arrays, 48 shards)
 #   h  S3 (moto): rclone's raw copy, cp -r of the view, f and g
+# and once per size, before the latency loops, with no network and no FUSE:
+#   n  the clients of b, c and d (cp -r, rclone copy local, zarr-python, xarray) on an unsharded
+#      copy of the view on local disk under the work directory (cp -r of the view's dataset from a
+#      0 ms mount, checked): the client's own cost per file, a floor for b, c and d, which the
+#      table shows next to them as "vs floor" (zarrfs seconds / n seconds of the same client)
 # Every copy and read is checked against the written data. The table shows, next to each
 # zarrfs row, the daemon's http_requests, get, get_bytes and requests_in_flight_peak.
 #
@@ -30,8 +35,9 @@
 #                          else target/release/zarrfs-delay-proxy)
 #        LATENCIES         round trips in ms (default "0 20 50")
 #        SIZES             "small large" (default both: 8 KiB and 128 KiB inner chunks)
-#        ROWS              letters of the rows above (default abcdefgh; b is measured for e too)
+#        ROWS              letters of the rows above (default abcdefghn; b is measured for e too)
 #        RUNS              timed runs per measurement, the fastest is kept (default 1)
+#        FLOOR_RUNS        timed runs of each row n, the fastest is kept (default: RUNS, at least 2)
 #        CLIENT_CAP        seconds after which a Python client row (d, e) is stopped and shown
 #                          as a lower bound (default 120: xarray's defaults over HTTP at 50 ms)
 #        BENCH_DIR         work directory (default: a new one under ${TMPDIR:-/var/tmp}, removed after)
