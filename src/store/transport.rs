@@ -182,6 +182,34 @@ impl Drop for InFlight {
     }
 }
 
+/// A URI as the log shows it: no user or password, and no value of a query parameter that
+/// may carry a secret (signatures, SAS tokens, credentials).
+fn redacted(uri: &http::Uri) -> String {
+    let mut out = format!("{}://{}", uri.scheme_str().unwrap_or("http"), uri.host().unwrap_or(""));
+    if let Some(port) = uri.port_u16() {
+        out.push_str(&format!(":{port}"));
+    }
+    out.push_str(uri.path());
+    if let Some(query) = uri.query() {
+        let secret = |k: &str| {
+            let k = k.to_ascii_lowercase();
+            ["sig", "token", "credential", "key", "secret", "auth"]
+                .iter()
+                .any(|s| k.contains(s))
+        };
+        let params: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if secret(k) => format!("{k}=REDACTED"),
+                _ => p.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
 /// Whether an answer is one object_store retries.
 pub(crate) fn transient(status: http::StatusCode) -> bool {
     status.is_server_error()
@@ -221,10 +249,11 @@ struct CountingService {
 impl HttpService for CountingService {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let request = format!("{} {}", req.method(), req.uri());
+        let shown = format!("{} {}", req.method(), redacted(req.uri()));
         // In the log a ranged read shows its range (a retry keeps the URI, not always the range).
         let shown = match req.headers().get(http::header::RANGE).and_then(|r| r.to_str().ok()) {
-            Some(range) => format!("{request} {range}"),
-            None => request.clone(),
+            Some(range) => format!("{shown} {range}"),
+            None => shown,
         };
         let safe = req.method() == http::Method::GET || req.method() == http::Method::HEAD;
         let req_is_page = req.method() == http::Method::GET && req.uri().path().ends_with('/');
@@ -346,6 +375,17 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         stats.sent("GET /a");
         assert_eq!(triple(stats.counts()), (2, 1, 0));
+    }
+
+    #[test]
+    fn the_log_shows_no_secret_of_a_uri() {
+        let uri: http::Uri = "https://user:pw@host.example:8443/c/a.b?list-type=2&sig=abc&X-Amz-Signature=d&prefix=x"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            redacted(&uri),
+            "https://host.example:8443/c/a.b?list-type=2&sig=REDACTED&X-Amz-Signature=REDACTED&prefix=x"
+        );
     }
 
     #[test]

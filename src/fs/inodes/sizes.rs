@@ -38,15 +38,16 @@ impl InodeTable {
 
     /// [`lookup_sized`](Self::lookup_sized) a file and remember the attributes `attr_of` gives
     /// its inode as shown, in one step: two lookups of one name at once (the kernel sends them
-    /// in parallel) cannot both take the same inode for two sizes. Returns what was shown.
+    /// in parallel) cannot both take the same inode for two sizes. Returns the attributes (of
+    /// `size`, and the time they have now: a newer time is how the kernel learns to drop pages).
     pub fn lookup_shown(&self, path: &str, size: u64, attr_of: impl FnOnce(u64) -> Attr) -> Attr {
         let mut t = self.lock();
         let ino = Self::lookup_sized_in(&mut t, path, Some(size));
         let attr = attr_of(ino);
-        match t.by_ino.get_mut(&ino) {
-            Some(inode) => inode.shown.get_or_insert(Shown { attr }).attr,
-            None => attr,
+        if let Some(inode) = t.by_ino.get_mut(&ino) {
+            inode.shown.get_or_insert(Shown { attr });
         }
+        attr
     }
 
     fn lookup_sized_in(t: &mut super::Tables, path: &str, size: Option<u64>) -> u64 {
@@ -126,6 +127,22 @@ mod tests {
         t.forget(first, 2);
         assert!(t.path(first).is_none());
         assert!(t.path(second).is_some());
+    }
+
+    #[test]
+    fn a_lookup_takes_its_inode_and_shows_its_size_in_one_step() {
+        let t = InodeTable::new();
+        // Two lookups of one name, one after the other as two parallel ones may land: the
+        // second, of another size, never shares the first's inode.
+        let first = t.lookup_shown("a/c/0", 16, |ino| attr(ino, 16));
+        let second = t.lookup_shown("a/c/0", 24, |ino| attr(ino, 24));
+        assert_ne!(first.ino, second.ino);
+        assert_eq!(t.shown_if_resized(first.ino, 24).map(|a| a.size), Some(16));
+        // The same size again: the same inode, with the time it has now.
+        let mut later = attr(0, 24);
+        later.mtime = UNIX_EPOCH + std::time::Duration::from_secs(5);
+        let again = t.lookup_shown("a/c/0", 24, |ino| Attr { ino, ..later });
+        assert_eq!((again.ino, again.mtime), (second.ino, later.mtime));
     }
 
     #[test]
