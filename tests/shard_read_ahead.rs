@@ -286,3 +286,56 @@ async fn concurrent_readers_of_a_shard_listed_without_its_bytes_send_one_request
         "four readers of shard (1, 0): one request"
     );
 }
+
+#[tokio::test]
+async fn a_reader_going_in_order_without_listing_finds_shards_fetched_ahead() {
+    // As zarr-python reads: every chunk by name, in C order, none listed.
+    let s = setup(ArraySpec::new(&[16, 16], &[4, 4], &[2, 2]), 64 << 20);
+    for row in 0..8 {
+        for col in 0..8 {
+            let (_, bytes) = s.array.read_chunk(&[row, col], 0, u64::MAX).await.unwrap().unwrap();
+            assert_eq!(&bytes[..], &s.built.expected[&vec![row, col]][..], "{row}/{col}");
+        }
+    }
+    tokio::time::sleep(RTT * 2).await;
+    assert_eq!(s.latent.gets.load(Relaxed), 16, "each shard once");
+    let ahead = s.stats.ahead_indexes.load(Relaxed);
+    assert!(ahead >= 8, "only {ahead} of 16 shards were fetched ahead of the reader");
+    assert_eq!(s.stats.ahead_wasted_bytes.load(Relaxed), 0);
+}
+
+#[tokio::test]
+async fn a_reader_jumping_around_gets_nothing_read_ahead() {
+    let s = setup(ArraySpec::new(&[16, 16], &[4, 4], &[2, 2]), 64 << 20);
+    for shard in [[1u64, 1], [0, 0], [3, 2], [0, 3], [2, 0]] {
+        s.array
+            .read_chunk(&[shard[0] * 2, shard[1] * 2], 0, u64::MAX)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    tokio::time::sleep(RTT * 2).await;
+    assert_eq!(s.stats.ahead_indexes.load(Relaxed), 0);
+    assert_eq!(s.latent.gets.load(Relaxed), 5);
+}
+
+#[tokio::test]
+async fn a_listing_brings_no_more_windows_than_the_cache_has_room_for() {
+    // A cache of 128 KiB: before the walk shows itself, 8 KiB of unread windows, two shards'.
+    // The row lists 4 shards: two come with their bytes, two alone.
+    let (latent, array, stats, built) = four_kib_shards(128 << 10);
+    assert_eq!(array.list_chunk_dir(&[0]).await.unwrap().len(), 8);
+    let windows = stats.ahead_bytes.load(Relaxed);
+    assert!(
+        (4000..=2 * 4200).contains(&windows),
+        "{windows} bytes of windows with room for 8 KiB"
+    );
+    // Every chunk still reads right: a shard listed alone costs its first read one request.
+    // (The listing also read ahead the indexes of the next two shard rows: 8 more.)
+    for col in 0..8 {
+        let (_, bytes) = array.read_chunk(&[0, col], 0, u64::MAX).await.unwrap().unwrap();
+        assert_eq!(&bytes[..], &built.expected[&vec![0, col]][..]);
+    }
+    let gets = latent.gets.load(Relaxed);
+    assert!(gets <= 4 + 4 + 8, "{gets} requests");
+}

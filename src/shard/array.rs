@@ -103,6 +103,8 @@ pub struct ShardedArray {
     pub(super) loads: super::read_ahead::Loads,
     /// What the array's walkers do with what they list (`read_ahead`).
     pub(super) walk: super::read_ahead::Walk,
+    /// The order in which reads load shards (`read_order`).
+    pub(super) read_order: super::read_order::ReadOrder,
     /// The array itself, once [`shared`](Self::shared): what a background read-ahead holds.
     pub(super) me: std::sync::OnceLock<std::sync::Weak<ShardedArray>>,
 }
@@ -148,6 +150,7 @@ impl ShardedArray {
             written: Default::default(),
             loads: Default::default(),
             walk: Default::default(),
+            read_order: Default::default(),
             me: Default::default(),
         })
     }
@@ -278,7 +281,8 @@ impl ShardedArray {
             super::ShardStats::add(&self.options.stats.data_misses);
             // None of the shard's bytes came with its index (a walk that only listed fetched
             // it): a window now, as the index would have brought.
-            let unwindowed = self.options.prefetch_bytes > 0 && !cache.holds(&loc.shard_key, &loc.version);
+            let unwindowed = !cache.holds(&loc.shard_key, &loc.version)
+                && self.window_for_first_read(self.cache_size_of(&loc.shard_key));
             if unwindowed || cache.misses(&loc.shard_key, &loc.version) >= 2 {
                 // One such fetch per shard at a time: readers of its other chunks wait for it
                 // (parallel copies read many chunks of one shard at once).

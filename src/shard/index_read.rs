@@ -40,9 +40,8 @@ impl ShardedArray {
     /// The stored shard's index for a listing: with its prefetch window only while walkers of
     /// this array read what they list (`read_ahead`).
     pub(super) async fn top_index_listed(&self, shard_key: &str) -> Result<Option<Arc<CachedIndex>>, ShardError> {
-        let purpose = Purpose::List {
-            window: self.listing_windows(),
-        };
+        let room = self.listing_window();
+        let purpose = Purpose::List { window: room.is_some() };
         self.top_index_for(shard_key, self.options.revalidate_after, purpose)
             .await
     }
@@ -107,6 +106,9 @@ impl ShardedArray {
         };
         let loaded = Arc::new(loaded);
         self.cache.insert_since(key, loaded.clone(), since);
+        if matches!(purpose, Purpose::Read) {
+            self.loaded_for_read(shard_key);
+        }
         Ok(Some(loaded))
     }
 

@@ -19,6 +19,7 @@ mod index_read;
 mod listing;
 pub mod outer;
 mod read_ahead;
+mod read_order;
 pub mod stats;
 mod store_impl;
 

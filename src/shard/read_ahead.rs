@@ -93,6 +93,20 @@ impl Walk {
 #[derive(Debug, Default)]
 pub(super) struct Loads {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Bytes of windows that listings' loads in flight may bring.
+    windows_in_flight: AtomicU64,
+}
+
+/// Room taken for one window in flight (see [`ShardedArray::listing_window`]).
+pub(super) struct Room<'a> {
+    loads: &'a Loads,
+    bytes: u64,
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        self.loads.windows_in_flight.fetch_sub(self.bytes, Relaxed);
+    }
 }
 
 /// The lock of one shard's load, held while loading it.
@@ -164,8 +178,48 @@ impl ShardedArray {
     }
 
     /// Whether indexes fetched for a listing bring their prefetch windows.
-    pub(super) fn listing_windows(&self) -> bool {
-        self.walk.mode() != Mode::Listing
+    /// Bytes fetched before a read asks that may be held unread, by what walkers do: a
+    /// quarter of the data cache for a copy, a sixteenth before the walk shows itself.
+    fn ahead_budget(&self, mode: Mode) -> u64 {
+        let capacity = self.options.data_cache.as_ref().map_or(0, |d| d.capacity() as u64);
+        match mode {
+            Mode::Copying => capacity / 4,
+            Mode::Unknown => capacity / 16,
+            Mode::Listing => 0,
+        }
+    }
+
+    /// Whether an index fetched for a listing brings its prefetch window: not for a walk that
+    /// only lists, and only while the unread bytes fetched ahead leave room for it (a listing
+    /// spanning more shards than the cache holds would push its own windows out unread).
+    /// Room is taken for the window until the returned guard is dropped (the load is done and
+    /// its bytes counted as unread), so listings loading many shards at once stay within it.
+    pub(super) fn listing_window(&self) -> Option<Room<'_>> {
+        let mode = self.walk.mode();
+        if mode == Mode::Listing {
+            return None;
+        }
+        let unread = self.options.data_cache.as_ref().map_or(0, |d| d.unread_ahead());
+        let window = self.options.prefetch_bytes;
+        let taken = self.loads.windows_in_flight.fetch_add(window, Relaxed);
+        let room = Room {
+            loads: &self.loads,
+            bytes: window,
+        };
+        (unread.saturating_add(taken).saturating_add(window) <= self.ahead_budget(mode)).then_some(room)
+    }
+
+    /// Whether a read of a shard none of whose bytes are cached fetches a window: when the
+    /// shard's window is small beside the cache (a sixteenth), so that the shards a reader
+    /// goes through together stay; otherwise the read fetches its own bytes, and a reader
+    /// walking the shard gets it whole after a few misses.
+    pub(super) fn window_for_first_read(&self, shard_size: Option<u64>) -> bool {
+        let capacity = self.options.data_cache.as_ref().map_or(0, |d| d.capacity() as u64);
+        let window = match shard_size {
+            Some(size) => size.min(self.options.prefetch_bytes),
+            None => self.options.prefetch_bytes,
+        };
+        self.options.prefetch_bytes > 0 && window <= capacity / 16
     }
 
     /// Fetch the indexes of `shards` that are not cached fresh, [`index_fetches`](Self::index_fetches)
@@ -230,15 +284,14 @@ impl ShardedArray {
 
     /// Load `shards`' indexes not cached fresh: with their prefetch windows within the byte
     /// budget of the walk's mode, or alone for a walk that only lists.
-    async fn fetch_ahead(&self, shards: Vec<Vec<u64>>) {
+    pub(super) async fn fetch_ahead(&self, shards: Vec<Vec<u64>>) {
         let Some(data) = self.options.data_cache.clone() else {
             return;
         };
         let mode = self.walk.mode();
         let budget = match mode {
-            Mode::Copying => data.capacity() as u64 / 4,
-            Mode::Unknown => data.capacity() as u64 / 16,
-            Mode::Listing => u64::MAX,
+            Mode::Listing => u64::MAX, // indexes alone
+            _ => self.ahead_budget(mode),
         };
         let window = match mode {
             Mode::Listing => 0,
