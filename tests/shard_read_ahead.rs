@@ -266,24 +266,25 @@ async fn local_stores_read_nothing_ahead() {
 #[tokio::test]
 async fn concurrent_readers_of_a_shard_listed_without_its_bytes_send_one_request() {
     let (latent, array, _, built) = four_kib_shards(128 << 10);
-    for row in 0..3 {
-        array.list_chunk_dir(&[row]).await.unwrap(); // rows 0 and 1: a walk that only lists
+    for row in [0, 1, 6] {
+        // Rows 0 and 1: a walk that only lists; row 6 (shard row 3) is then listed alone.
+        array.list_chunk_dir(&[row]).await.unwrap();
     }
     tokio::time::sleep(RTT * 4).await; // its read-ahead is done
     let before = latent.gets.load(Relaxed);
     let reads = (0..4u64).map(|i| {
         let array = array.clone();
-        async move { array.read_chunk(&[2 + i / 2, i % 2], 0, u64::MAX).await }
+        async move { array.read_chunk(&[6 + i / 2, i % 2], 0, u64::MAX).await }
     });
     for (i, got) in futures::future::join_all(reads).await.into_iter().enumerate() {
-        let coords = vec![2 + i as u64 / 2, i as u64 % 2];
+        let coords = vec![6 + i as u64 / 2, i as u64 % 2];
         let (_, bytes) = got.unwrap().expect("present");
         assert_eq!(&bytes[..], &built.expected[&coords][..]);
     }
     assert_eq!(
         latent.gets.load(Relaxed) - before,
         1,
-        "four readers of shard (1, 0): one request"
+        "four readers of shard (3, 0): one request"
     );
 }
 

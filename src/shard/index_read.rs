@@ -154,6 +154,10 @@ impl ShardedArray {
         let index = decode_index(shard_key, &[], &index_bytes, level, 0, size)?;
         // Cached even when only the index came: later misses on it reveal a walking reader.
         if let Some(cache) = &self.options.data_cache {
+            if window {
+                let seen = &self.loads.window_seen;
+                seen.fetch_max(got_len, std::sync::atomic::Ordering::Relaxed);
+            }
             if matches!(purpose, Purpose::Read) {
                 cache.put(shard_key, &got.meta.version, got.offset, got.bytes.clone());
             } else if window {

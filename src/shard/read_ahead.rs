@@ -95,6 +95,8 @@ pub(super) struct Loads {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Bytes of windows that listings' loads in flight may bring.
     windows_in_flight: AtomicU64,
+    /// The largest window a load of this array brought (0: none yet).
+    pub(super) window_seen: AtomicU64,
 }
 
 /// Room taken for one window in flight (see [`ShardedArray::listing_window`]).
@@ -152,7 +154,7 @@ impl ShardedArray {
     fn index_fetches(&self) -> usize {
         match &self.options.data_cache {
             Some(data) if self.options.prefetch_bytes > 0 => {
-                let windows = data.capacity() as u64 / 4 / self.options.prefetch_bytes;
+                let windows = data.capacity() as u64 / 4 / self.window_estimate().max(1);
                 usize::try_from(windows).unwrap_or(usize::MAX).clamp(2, INDEX_FETCHES)
             }
             _ => INDEX_FETCHES,
@@ -200,13 +202,22 @@ impl ShardedArray {
             return None;
         }
         let unread = self.options.data_cache.as_ref().map_or(0, |d| d.unread_ahead());
-        let window = self.options.prefetch_bytes;
+        let window = self.window_estimate();
         let taken = self.loads.windows_in_flight.fetch_add(window, Relaxed);
         let room = Room {
             loads: &self.loads,
             bytes: window,
         };
         (unread.saturating_add(taken).saturating_add(window) <= self.ahead_budget(mode)).then_some(room)
+    }
+
+    /// The bytes a window is expected to bring: the largest one seen so far (the shards of
+    /// an array are alike), or the whole prefetch window before any.
+    fn window_estimate(&self) -> u64 {
+        match self.loads.window_seen.load(Relaxed) {
+            0 => self.options.prefetch_bytes,
+            seen => seen.min(self.options.prefetch_bytes),
+        }
     }
 
     /// Whether a read of a shard none of whose bytes are cached fetches a window: when the
@@ -233,6 +244,13 @@ impl ShardedArray {
             .collect();
         if keys.len() < 2 {
             return; // one is fetched by the caller's own look, with nothing to overlap
+        }
+        let mut keys = keys.into_iter();
+        if self.walk.mode() != Mode::Listing && self.loads.window_seen.load(Relaxed) == 0 {
+            // How large a window is, before many are fetched at once within the room left.
+            if let Some(first) = keys.next() {
+                let _ = self.top_index_listed(&first).await;
+            }
         }
         futures::stream::iter(keys)
             .for_each_concurrent(self.index_fetches(), |key| async move {
@@ -295,7 +313,7 @@ impl ShardedArray {
         };
         let window = match mode {
             Mode::Listing => 0,
-            _ => self.options.prefetch_bytes.max(1),
+            _ => self.window_estimate().max(1),
         };
         let keys: Vec<String> = shards
             .iter()
