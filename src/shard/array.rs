@@ -318,11 +318,15 @@ impl ShardedArray {
         length: u64,
         first: bool,
     ) -> Result<Bytes, StoreError> {
+        // Never more than a sixteenth of the cache at once, so the shards a reader goes
+        // through together stay (a walk of a directory spans several).
+        let share = cache.capacity() as u64 / 16;
         let limit = if first {
             self.options.prefetch_bytes
         } else {
-            WHOLE_SHARD_LIMIT.min(cache.capacity() as u64 / 4)
-        };
+            WHOLE_SHARD_LIMIT
+        }
+        .min(share);
         let shard_size = self.cache_size_of(&loc.shard_key);
         let range = match shard_size {
             Some(size) if size <= limit => ByteRange::Range {
@@ -331,7 +335,7 @@ impl ShardedArray {
             },
             _ => ByteRange::Range {
                 offset: absolute,
-                length: length.max(self.options.prefetch_bytes),
+                length: self.options.prefetch_bytes.min(share).max(length),
             },
         };
         let got = self

@@ -30,9 +30,15 @@ struct Region {
     ahead: bool,
 }
 
+/// Shards read with none of their bytes cached, remembered by count (their misses), so that a
+/// reader walking one is noticed as it is when a region keeps missing.
+const UNCACHED_REMEMBERED: usize = 1024;
+
 #[derive(Debug)]
 struct State {
     regions: LruCache<String, Region>,
+    /// Misses of shards without a region: (version, misses).
+    uncached: LruCache<String, (Version, u32)>,
     /// Bytes of all regions.
     used: usize,
     /// Bytes of regions fetched ahead and not read yet.
@@ -69,6 +75,9 @@ impl DataCache {
             capacity,
             state: Mutex::new(State {
                 regions: LruCache::unbounded(),
+                uncached: LruCache::new(
+                    std::num::NonZeroUsize::new(UNCACHED_REMEMBERED).unwrap_or(std::num::NonZeroUsize::MIN),
+                ),
                 used: 0,
                 unread_ahead: 0,
             }),
@@ -93,10 +102,16 @@ impl DataCache {
     /// cached shard is counted (see [`misses`](Self::misses)).
     pub fn get(&self, shard: &str, version: &Version, offset: u64, len: u64) -> Option<Bytes> {
         let mut state = self.lock();
-        let region = state.regions.get_mut(shard)?;
-        if region.version != *version {
+        let Some(region) = state.regions.get_mut(shard).filter(|r| r.version == *version) else {
+            let counted = state.uncached.get_mut(shard).filter(|(v, _)| v == version);
+            match counted {
+                Some((_, misses)) => *misses += 1,
+                None => {
+                    state.uncached.put(shard.to_string(), (version.clone(), 1));
+                }
+            }
             return None;
-        }
+        };
         let first_read_ahead = region.ahead && {
             region.ahead = false;
             true
@@ -128,11 +143,14 @@ impl DataCache {
     /// How many reads of this version of the shard its cached region could not serve.
     pub fn misses(&self, shard: &str, version: &Version) -> u32 {
         let state = self.lock();
-        state
-            .regions
-            .peek(shard)
-            .filter(|r| r.version == *version)
-            .map_or(0, |r| r.misses)
+        match state.regions.peek(shard).filter(|r| r.version == *version) {
+            Some(region) => region.misses,
+            None => state
+                .uncached
+                .peek(shard)
+                .filter(|(v, _)| v == version)
+                .map_or(0, |(_, misses)| *misses),
+        }
     }
 
     /// Keep `bytes` read from absolute `offset` of this version of the shard.
@@ -150,12 +168,16 @@ impl DataCache {
             return;
         }
         let mut state = self.lock();
-        let misses = state
-            .regions
-            .peek(shard)
-            .filter(|r| r.version == *version)
-            .map_or(0, |r| r.misses);
+        let misses = match state.regions.peek(shard).filter(|r| r.version == *version) {
+            Some(region) => region.misses,
+            None => state
+                .uncached
+                .peek(shard)
+                .filter(|(v, _)| v == version)
+                .map_or(0, |(_, misses)| *misses),
+        };
         state.remove(shard, &self.stats);
+        state.uncached.pop(shard);
         while state.used + bytes.len() > self.capacity {
             match state.regions.pop_lru() {
                 Some((_, old)) => state.dropped(&old, &self.stats),
@@ -205,5 +227,22 @@ mod tests {
         assert!(cache.get("big", &v1, 0, 1).is_none());
         cache.forget("t");
         assert!(cache.get("t", &v1, 0, 1).is_none());
+    }
+
+    #[test]
+    fn misses_of_a_shard_without_bytes_are_counted_by_version() {
+        let cache = DataCache::new(100, Default::default());
+        let (v1, v2) = (Version("1".into()), Version("2".into()));
+        assert!(cache.get("s", &v1, 0, 10).is_none());
+        assert!(cache.get("s", &v1, 10, 10).is_none());
+        assert_eq!(
+            cache.misses("s", &v1),
+            2,
+            "a reader walking a shard none of whose bytes are kept"
+        );
+        assert_eq!(cache.misses("s", &v2), 0, "another version");
+        cache.put("s", &v1, 0, Bytes::from(vec![1u8; 20]));
+        assert_eq!(cache.misses("s", &v1), 2, "a region keeps the count it had");
+        assert!(cache.get("s", &v1, 0, 20).is_some());
     }
 }
