@@ -117,6 +117,7 @@ impl ShardedArray {
                     let mut coords = prefix.clone();
                     coords.push(c);
                     if leaf {
+                        self.listed_shard_size(&entry.kind);
                         found.push(coords);
                     } else {
                         level.push(coords);
@@ -366,6 +367,7 @@ impl ShardedArray {
         entries
             .iter()
             .filter(|e| matches!(e.kind, EntryKind::File { .. }))
+            .inspect(|e| self.listed_shard_size(&e.kind))
             .filter_map(|e| self.encoding.decode(&e.name, self.ndim()))
             .collect()
     }

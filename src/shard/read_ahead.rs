@@ -95,7 +95,8 @@ pub(super) struct Loads {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Bytes of windows that listings' loads in flight may bring.
     windows_in_flight: AtomicU64,
-    /// The largest window a load of this array brought (0: none yet).
+    /// The largest window a load of this array brought, or that a listed shard's size
+    /// allows (0: none known yet).
     pub(super) window_seen: AtomicU64,
 }
 
@@ -150,11 +151,13 @@ impl Drop for LoadGuard<'_> {
 
 impl ShardedArray {
     /// How many index loads go out at once: [`INDEX_FETCHES`], or as many prefetch windows as
-    /// fit in a quarter of the data cache, but at least 2.
+    /// fit in the room the walk's mode leaves (see [`ahead_budget`](Self::ahead_budget)), but
+    /// at least 2.
     fn index_fetches(&self) -> usize {
+        let mode = self.walk.mode();
         match &self.options.data_cache {
-            Some(data) if self.options.prefetch_bytes > 0 => {
-                let windows = data.capacity() as u64 / 4 / self.window_estimate().max(1);
+            Some(_) if self.options.prefetch_bytes > 0 && mode != Mode::Listing => {
+                let windows = self.ahead_budget(mode) / self.window_estimate().max(1);
                 usize::try_from(windows).unwrap_or(usize::MAX).clamp(2, INDEX_FETCHES)
             }
             _ => INDEX_FETCHES,
@@ -209,6 +212,14 @@ impl ShardedArray {
             bytes: window,
         };
         (unread.saturating_add(taken).saturating_add(window) <= self.ahead_budget(mode)).then_some(room)
+    }
+
+    /// A shard of this size was listed: a window of its shard brings as much, at most.
+    pub(super) fn listed_shard_size(&self, kind: &crate::store::EntryKind) {
+        if let crate::store::EntryKind::File { size } = kind {
+            let window = (*size).min(self.options.prefetch_bytes);
+            self.loads.window_seen.fetch_max(window, Relaxed);
+        }
     }
 
     /// The bytes a window is expected to bring: the largest one seen so far (the shards of
