@@ -172,6 +172,18 @@ impl WireStats {
     }
 }
 
+/// A request sent whose answer has not come: if its caller drops it (a question raced by
+/// another and no longer needed), the log says so, so that every request counted is in it.
+struct Unanswered(Option<String>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(shown) = self.0.take() {
+            tracing::debug!("{shown} dropped before its answer");
+        }
+    }
+}
+
 /// One request in flight, counted until dropped (its body read or abandoned).
 #[derive(Debug)]
 struct InFlight(Arc<WireStats>);
@@ -260,7 +272,9 @@ impl HttpService for CountingService {
         self.stats.sent(&request);
         let in_flight = self.stats.start();
         let sent = Instant::now();
+        let mut unanswered = Unanswered(Some(shown.clone()));
         let answer = self.inner.execute(req).await;
+        unanswered.0 = None;
         let ms = sent.elapsed().as_secs_f64() * 1e3;
         match answer {
             Ok(response) => {
