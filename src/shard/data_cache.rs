@@ -46,6 +46,18 @@ struct State {
 }
 
 impl State {
+    /// Reads of this version of the shard that found none of their bytes.
+    fn misses(&self, shard: &str, version: &Version) -> u32 {
+        match self.regions.peek(shard).filter(|r| r.version == *version) {
+            Some(region) => region.misses,
+            None => self
+                .uncached
+                .peek(shard)
+                .filter(|(v, _)| v == version)
+                .map_or(0, |(_, misses)| *misses),
+        }
+    }
+
     fn remove(&mut self, shard: &str, stats: &super::ShardStats) -> Option<Region> {
         let old = self.regions.pop(shard)?;
         self.dropped(&old, stats);
@@ -142,15 +154,7 @@ impl DataCache {
 
     /// How many reads of this version of the shard its cached region could not serve.
     pub fn misses(&self, shard: &str, version: &Version) -> u32 {
-        let state = self.lock();
-        match state.regions.peek(shard).filter(|r| r.version == *version) {
-            Some(region) => region.misses,
-            None => state
-                .uncached
-                .peek(shard)
-                .filter(|(v, _)| v == version)
-                .map_or(0, |(_, misses)| *misses),
-        }
+        self.lock().misses(shard, version)
     }
 
     /// Keep `bytes` read from absolute `offset` of this version of the shard.
@@ -168,14 +172,7 @@ impl DataCache {
             return;
         }
         let mut state = self.lock();
-        let misses = match state.regions.peek(shard).filter(|r| r.version == *version) {
-            Some(region) => region.misses,
-            None => state
-                .uncached
-                .peek(shard)
-                .filter(|(v, _)| v == version)
-                .map_or(0, |(_, misses)| *misses),
-        };
+        let misses = state.misses(shard, version);
         state.remove(shard, &self.stats);
         state.uncached.pop(shard);
         while state.used + bytes.len() > self.capacity {

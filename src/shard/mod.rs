@@ -11,6 +11,7 @@
 //! shard by conditional read-modify-write, group-committed per shard ([`commit`]).
 
 mod array;
+mod chunk_read;
 pub mod commit;
 pub mod data_cache;
 mod error;
@@ -20,6 +21,7 @@ mod listing;
 pub mod outer;
 mod read_ahead;
 mod read_order;
+mod shard_dirs;
 pub mod stats;
 mod store_impl;
 
