@@ -301,7 +301,10 @@ async fn a_reader_going_in_order_without_listing_finds_shards_fetched_ahead() {
     tokio::time::sleep(RTT * 2).await;
     assert_eq!(s.latent.gets.load(Relaxed), 16, "each shard once");
     let ahead = s.stats.ahead_indexes.load(Relaxed);
-    assert!(ahead >= 8, "only {ahead} of 16 shards were fetched ahead of the reader");
+    assert!(
+        ahead >= 13,
+        "only {ahead} of 16 shards were fetched ahead of the reader"
+    );
     assert_eq!(s.stats.ahead_wasted_bytes.load(Relaxed), 0);
 }
 
@@ -332,11 +335,12 @@ async fn a_listing_brings_no_more_windows_than_the_cache_has_room_for() {
         "{windows} bytes of windows with room for 8 KiB"
     );
     // Every chunk still reads right: a shard listed alone costs its first read one request.
-    // (The listing also read ahead the indexes of the next two shard rows: 8 more.)
+    // (The listing also read ahead the indexes of the next two shard rows: 8 more; reading the
+    // row in order fetches ahead of the reader what the budget of 8 KiB holds: 2 shards.)
     for col in 0..8 {
         let (_, bytes) = array.read_chunk(&[0, col], 0, u64::MAX).await.unwrap().unwrap();
         assert_eq!(&bytes[..], &built.expected[&vec![0, col]][..]);
     }
     let gets = latent.gets.load(Relaxed);
-    assert!(gets <= 4 + 4 + 8, "{gets} requests");
+    assert!(gets <= 4 + 4 + 8 + 2, "{gets} requests");
 }

@@ -257,3 +257,29 @@ async fn after_the_ttl_a_node_seen_before_costs_one_request_per_level() {
         assert!(!requests.contains(&name.to_string()), "{name}: {requests:?}");
     }
 }
+
+#[tokio::test]
+async fn a_missing_metadata_document_costs_one_request() {
+    // Clients opening a node probe every document name; over HTTP no listing can say that a
+    // dot file is missing, so each costs its HEAD, but no second round trip asking whether
+    // the name is a directory: Zarr's document names are files.
+    let (files, _) = hierarchy();
+    let latency = Arc::new(LatencyStore::new(memory_store(&files), RTT));
+    let options = ViewOptions {
+        remote: true,
+        metadata_ttl: TTL,
+        ..ViewOptions::default()
+    };
+    let view = View::new(latency.clone(), &options);
+    assert!(view.lookup("bench").await.unwrap().is_some());
+    assert!(view.lookup("bench/zarr.json").await.unwrap().is_some());
+    for name in [".zattrs", ".zgroup", ".zarray", ".zmetadata"] {
+        let mark = latency.sent().len();
+        assert!(view.lookup(&format!("bench/{name}")).await.unwrap().is_none());
+        assert_eq!(latency.requests(mark), vec![format!("head bench/{name}")]);
+    }
+    // Other names missing as files may still be directories.
+    let mark = latency.sent().len();
+    assert!(view.lookup("bench/other").await.unwrap().is_none());
+    assert_eq!(latency.requests(mark).len(), 2, "{:?}", latency.requests(mark));
+}

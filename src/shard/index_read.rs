@@ -34,6 +34,8 @@ impl ShardedArray {
         shard_key: &str,
         max_age: Duration,
     ) -> Result<Option<Arc<CachedIndex>>, ShardError> {
+        // Before the load, so that the shards after it go out in the same round trip.
+        self.read_reached(shard_key);
         self.top_index_for(shard_key, max_age, Purpose::Read).await
     }
 
@@ -106,9 +108,6 @@ impl ShardedArray {
         };
         let loaded = Arc::new(loaded);
         self.cache.insert_since(key, loaded.clone(), since);
-        if matches!(purpose, Purpose::Read) {
-            self.loaded_for_read(shard_key);
-        }
         Ok(Some(loaded))
     }
 

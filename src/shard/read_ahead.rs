@@ -204,14 +204,19 @@ impl ShardedArray {
         if mode == Mode::Listing {
             return None;
         }
+        self.room(self.window_estimate(), self.ahead_budget(mode))
+    }
+
+    /// Room for a window of `window` bytes, if the unread bytes fetched ahead and the windows
+    /// in flight leave it within `budget`; taken until the guard is dropped.
+    fn room(&self, window: u64, budget: u64) -> Option<Room<'_>> {
         let unread = self.options.data_cache.as_ref().map_or(0, |d| d.unread_ahead());
-        let window = self.window_estimate();
         let taken = self.loads.windows_in_flight.fetch_add(window, Relaxed);
         let room = Room {
             loads: &self.loads,
             bytes: window,
         };
-        (unread.saturating_add(taken).saturating_add(window) <= self.ahead_budget(mode)).then_some(room)
+        (unread.saturating_add(taken).saturating_add(window) <= budget).then_some(room)
     }
 
     /// A shard of this size was listed: a window of its shard brings as much, at most.
@@ -314,9 +319,9 @@ impl ShardedArray {
     /// Load `shards`' indexes not cached fresh: with their prefetch windows within the byte
     /// budget of the walk's mode, or alone for a walk that only lists.
     pub(super) async fn fetch_ahead(&self, shards: Vec<Vec<u64>>) {
-        let Some(data) = self.options.data_cache.clone() else {
+        if self.options.data_cache.is_none() {
             return;
-        };
+        }
         let mode = self.walk.mode();
         let budget = match mode {
             Mode::Listing => u64::MAX, // indexes alone
@@ -331,8 +336,8 @@ impl ShardedArray {
             .map(|s| self.shard_key(s))
             .filter(|k| !self.index_is_fresh(k))
             .collect();
-        // Windows in flight stay within the budget too; beyond it, index loads stop once the
-        // unread bytes fill it (a window may bring less than the whole window).
+        // Windows in flight count against the budget as the unread bytes do (as a listing's):
+        // loads stop once they fill it (a window may bring less than the whole window).
         let fetches = match budget.checked_div(window) {
             None => INDEX_FETCHES,
             Some(windows) => usize::try_from(windows).unwrap_or(usize::MAX).clamp(1, INDEX_FETCHES),
@@ -340,13 +345,18 @@ impl ShardedArray {
         let full = std::sync::atomic::AtomicBool::new(false);
         futures::stream::iter(keys)
             .for_each_concurrent(fetches, |key| {
-                let (data, full) = (data.clone(), &full);
+                let full = &full;
                 async move {
-                    if data.unread_ahead().saturating_add(window) > budget {
-                        full.store(true, Relaxed);
+                    if window == 0 {
+                        let _ = self.top_index_ahead(&key, false).await;
+                        return;
                     }
-                    if !full.load(Relaxed) {
-                        let _ = self.top_index_ahead(&key, window > 0).await;
+                    if full.load(Relaxed) {
+                        return;
+                    }
+                    match self.room(window, budget) {
+                        Some(_room) => drop(self.top_index_ahead(&key, true).await),
+                        None => full.store(true, Relaxed),
                     }
                 }
             })

@@ -3,12 +3,17 @@
 //!
 //! zarr-python, xarray and tools that open chunk files by name never list a directory, so the
 //! listing-driven read-ahead (`read_ahead`) never starts for them; each shard then costs its
-//! reader a round trip when it reaches it. Such readers go through an array in C order (zarr
-//! iterates chunks so, a few at a time). So when a read loads a shard's index that follows
-//! the last one a read loaded (within [`SLACK`] shards, for readers running a few at once),
-//! the next shards in C order are fetched in the background, index and window, as a walk's
-//! are: 2 after the second such load, doubling with each further one up to [`MAX_AHEAD`]; a
-//! load out of order starts over. Shards the grid holds but the store does not cost a 404
+//! reader a round trip when it reaches it. Such readers go through an array in C order of
+//! its chunks, a few at a time, which visits the shards of a row of shards in turn, once for
+//! every row of chunks in them. So reads are followed by the furthest shard (in C order of
+//! the shard grid) any read reached: a read of a shard just past it (within [`SLACK`] shards,
+//! for readers running a few at once) moves it on, and the next shards in C order are fetched
+//! in the background, index and window, as a walk's are: 2 after the second such step,
+//! doubling with each further one up to [`MAX_AHEAD`]. Reads of shards already passed (the
+//! next row of chunks) change nothing; a jump further ahead starts over. Every read counts,
+//! whether it found the shard's index cached (fetched ahead) or loaded it, so the window keeps
+//! moving ahead of the reader; it counts as the read asks for the index, before the load, so that
+//! the shards after it go out in the same round trip as its own. Shards the grid holds but the store does not cost a 404
 //! each, remembered for the metadata TTL. The bytes fetched count as read-ahead in
 //! `zarrfs stats`, used or wasted, within the same budget as a walk's.
 
@@ -21,7 +26,8 @@ const SLACK: u64 = 2;
 /// Most shards read ahead of an in-order reader.
 const MAX_AHEAD: u64 = 16;
 
-/// The last shard loaded for a read (its place in C order), and how many in a row were in order.
+/// The furthest shard a read reached (its place in C order), and how many steps in a row were
+/// in order.
 #[derive(Debug, Default)]
 pub(super) struct ReadOrder(Mutex<Option<(u64, u32)>>);
 
@@ -35,8 +41,8 @@ impl ShardedArray {
             .collect()
     }
 
-    /// A read loaded the index of `shard_key`: read ahead if the reader goes in order.
-    pub(super) fn loaded_for_read(&self, shard_key: &str) {
+    /// A read asks for the index of `shard_key`: read ahead if the reader goes in order.
+    pub(super) fn read_reached(&self, shard_key: &str) {
         if self.options.data_cache.is_none() || self.options.prefetch_bytes == 0 {
             return;
         }
@@ -53,14 +59,15 @@ impl ShardedArray {
         let ahead = {
             let mut last = self.read_order.0.lock().unwrap_or_else(|e| e.into_inner());
             let run = match *last {
-                Some((prev, run)) if place > prev && place - prev <= SLACK => run + 1,
+                Some((furthest, _)) if place <= furthest => return,
+                Some((furthest, run)) if place - furthest <= SLACK => run + 1,
                 _ => 0,
             };
             *last = Some((place, run));
             if run == 0 {
                 return;
             }
-            (2u64 << (run - 1).min(8)).min(MAX_AHEAD)
+            (2u64 << (2 * (run - 1)).min(16)).min(MAX_AHEAD)
         };
         let total: u64 = grid.iter().product();
         let next: Vec<Vec<u64>> = (place + 1..total.min(place + 1 + ahead))

@@ -209,6 +209,11 @@ impl View {
                 source,
             }));
         }
+        // Zarr's document names are files: a missing one is no directory either (clients probe
+        // them all when they open a node; over HTTP a listing cannot answer for dot files).
+        if is_document_name(split_parent(path).1) {
+            return Ok(None);
+        }
         Ok(self.store.dir_exists(&dir_prefix(path)).await?.then(Node::dir))
     }
 
@@ -274,4 +279,9 @@ impl View {
             }
         }))
     }
+}
+
+/// Names of Zarr metadata documents (v3 and v2), never directories.
+fn is_document_name(name: &str) -> bool {
+    matches!(name, "zarr.json" | ".zgroup" | ".zarray" | ".zattrs" | ".zmetadata")
 }
