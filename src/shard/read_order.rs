@@ -2,26 +2,27 @@
 //! order of the shard grid.
 //!
 //! zarr-python, xarray and tools that open chunk files by name never list a directory, so the
-//! listing-driven read-ahead (`read_ahead`) never starts for them; each shard then costs its
-//! reader a round trip when it reaches it. Such readers go through an array in C order of
-//! its chunks, a few at a time, which visits the shards of a row of shards in turn, once for
-//! every row of chunks in them. So reads are followed by the furthest shard (in C order of
-//! the shard grid) any read reached: a read of a shard just past it (within [`SLACK`] shards,
-//! for readers running a few at once) moves it on, and the next shards in C order are fetched
-//! in the background, index and window, as a walk's are: 2 after the second such step,
-//! doubling with each further one up to [`MAX_AHEAD`]. Reads of shards already passed (the
-//! next row of chunks) change nothing; a jump further ahead starts over. Every read counts,
-//! whether it found the shard's index cached (fetched ahead) or loaded it, so the window keeps
-//! moving ahead of the reader; it counts as the read asks for the index, before the load, so that
-//! the shards after it go out in the same round trip as its own. Shards the grid holds but the store does not cost a 404
-//! each, remembered for the metadata TTL. The bytes fetched count as read-ahead in
-//! `zarrfs stats`, used or wasted, within the same budget as a walk's.
+//! listing-driven read-ahead (`read_ahead`) never starts for them; each shard then costs its reader
+//! a round trip when it reaches it. Such readers go through an array in C order of its chunks, a
+//! few at a time, which visits the shards of a row of shards in turn, once for every row of chunks
+//! in them. So reads are followed by the furthest shard (in C order of the shard grid) any read
+//! reached: a read of a shard just past it (within [`SLACK`] shards, for readers running a few at
+//! once) moves it on, and the next shards in C order are fetched in the background, index and
+//! window, as a walk's are: 2 after the second such step, four times as many with each further one
+//! up to [`MAX_AHEAD`] (three steps in order are a reader going through the array, not chance).
+//! Reads of shards already passed (the next row of chunks) change nothing; a jump further ahead
+//! starts over. Every read counts, whether it found the shard's index cached (fetched ahead) or
+//! loaded it, so the window keeps moving ahead of the reader; it counts as the read asks for the
+//! index, before the load, so that the shards after it go out in the same round trip as its own.
+//! Shards the grid holds but the store does not cost a 404 each, remembered for the metadata TTL.
+//! The bytes fetched count as read-ahead in `zarrfs stats`, used or wasted, within the same budget
+//! as a walk's.
 
 use std::sync::Mutex;
 
 use super::ShardedArray;
 
-/// How far past the last shard loaded a load still counts as in order.
+/// How far past the furthest shard reached a read still counts as in order.
 const SLACK: u64 = 2;
 /// Most shards read ahead of an in-order reader.
 const MAX_AHEAD: u64 = 16;
