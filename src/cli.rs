@@ -166,6 +166,19 @@ pub struct MountArgs {
     /// a shard is complete, on fsync, unmount, SIGTERM) instead of at every close.
     #[arg(long, value_name = "SECONDS", help_heading = "View")]
     pub write_back_delay: Option<f64>,
+    /// Make each closed chunk file durable in a journal on local disk (fsynced before close
+    /// returns) and commit shards in batches after --write-back-delay (default 1 s); after a
+    /// crash the next mount commits what the journal holds. The default for remote sources.
+    #[arg(long, help_heading = "View", conflicts_with = "no_journal")]
+    pub journal: bool,
+    /// Remote sources: commit every closed chunk file to the store before close returns (or,
+    /// with --write-back-delay, hold closed files in memory only) instead of journaling them.
+    #[arg(long, help_heading = "View")]
+    pub no_journal: bool,
+    /// Where the journal lives (implies --journal); default: a directory per source and
+    /// mountpoint under $XDG_CACHE_HOME/zarrfs/journal (~/.cache/zarrfs/journal).
+    #[arg(long, value_name = "DIR", help_heading = "View", conflicts_with = "no_journal")]
+    pub journal_dir: Option<PathBuf>,
     /// How sharded arrays are shown.
     #[arg(long, value_enum, default_value_t = ViewArg::Unsharded, help_heading = "View")]
     pub view: ViewArg,
@@ -291,6 +304,53 @@ impl SourceSpec {
     }
 }
 
+/// How long journaled files wait before their shards are committed, unless
+/// --write-back-delay says otherwise: long enough to gather a copy's files of a shard into
+/// one commit, short enough that other mounts see them soon.
+pub const JOURNAL_DELAY: Duration = Duration::from_secs(1);
+
+/// Where a mount's journal lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalDir {
+    /// Named with --journal-dir.
+    Named(PathBuf),
+    /// One per source and mountpoint under the user's cache directory (`journal_dir`).
+    Default,
+}
+
+impl JournalDir {
+    /// The directory for a mount of `source` at `mountpoint` (absolute).
+    pub fn resolve(&self, source: &str, mountpoint: &std::path::Path) -> PathBuf {
+        match self {
+            JournalDir::Named(dir) => dir.clone(),
+            JournalDir::Default => {
+                let cache = std::env::var_os("XDG_CACHE_HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                    .unwrap_or_else(|| std::env::temp_dir().join(format!("zarrfs-{}", nix::unistd::getuid())));
+                let named = format!("{source}\0{}", mountpoint.display());
+                let slug: String = source
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                let slug = slug.trim_matches('_');
+                let slug = &slug[slug.len().saturating_sub(48)..];
+                cache
+                    .join("zarrfs")
+                    .join("journal")
+                    .join(format!("{slug}-{:08x}", crc32c::crc32c(named.as_bytes())))
+            }
+        }
+    }
+}
+
 /// Everything a mount needs, validated.
 #[derive(Debug, Clone)]
 pub struct MountSettings {
@@ -303,6 +363,8 @@ pub struct MountSettings {
     pub view: ViewMode,
     pub writable: bool,
     pub write_back_delay: Option<Duration>,
+    /// Journal closed chunk files here (`fs/journaling.rs`); `None`: no journal.
+    pub journal: Option<JournalDir>,
     pub allow_other: bool,
     pub uid: u32,
     pub gid: u32,
@@ -338,7 +400,15 @@ impl MountArgs {
             return Err("--endpoint-url, --region and --no-sign-request apply to remote sources only".into());
         }
         let remote = matches!(source, SourceSpec::Remote { .. });
+        let journal = match (&self.journal_dir, self.journal || remote) {
+            _ if self.no_journal || self.read_only => None,
+            (Some(dir), _) => Some(JournalDir::Named(dir.clone())),
+            (None, true) => Some(JournalDir::Default),
+            (None, false) => None,
+        };
+        let has_journal = journal.is_some();
         Ok(MountSettings {
+            journal,
             source,
             mountpoint: self.mountpoint,
             foreground: self.foreground,
@@ -352,6 +422,7 @@ impl MountArgs {
             },
             writable: !self.read_only,
             write_back_delay: match self.write_back_delay {
+                None if has_journal => Some(JOURNAL_DELAY),
                 Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s.min(86_400.0))),
                 Some(s) => {
                     return Err(format!(

@@ -71,6 +71,10 @@ pub enum FsError {
     /// committed (the stored version stays as it was).
     #[error("not stored, as an earlier write to it failed: {0}")]
     Unwritten(Arc<BufferError>),
+    /// The write journal on local disk could not take or drop a record (a full disk, an
+    /// unwritable journal directory): the close is refused, as its content is not durable.
+    #[error("the write journal on local disk failed: {0}")]
+    Journal(Arc<std::io::Error>),
     #[error(transparent)]
     View(#[from] ViewError),
 }
@@ -143,6 +147,7 @@ impl FsError {
             FsError::NotImplemented => libc::ENOSYS,
             FsError::OwnMount => libc::ELOOP,
             FsError::Buffer(e) | FsError::Unwritten(e) => buffer_errno(e),
+            FsError::Journal(e) => e.raw_os_error().unwrap_or(libc::EIO),
             FsError::View(ViewError::Store(e)) => store_errno(e),
             FsError::View(ViewError::Shard(e)) => shard_errno(e),
             FsError::View(ViewError::Vanished(_)) => libc::ESTALE,

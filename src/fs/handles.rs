@@ -112,6 +112,8 @@ pub struct WriteState {
     pub generation: u64,
     /// Why a write failed, leaving the content possibly incomplete: it is not committed.
     pub failed: Option<Arc<BufferError>>,
+    /// The journal record of the content last closed (see `fs/journaling.rs`).
+    pub journaled: Option<u64>,
 }
 
 impl WriteFile {
@@ -126,6 +128,7 @@ impl WriteFile {
             mtime: std::time::SystemTime::now(),
             generation: 0,
             failed: None,
+            journaled: None,
         })
     }
 
@@ -141,6 +144,7 @@ impl WriteFile {
             mtime: std::time::SystemTime::now(),
             generation: 0,
             failed: None,
+            journaled: None,
         })
     }
 

@@ -13,6 +13,8 @@ mod dirs;
 pub mod error;
 pub mod handles;
 pub mod inodes;
+pub mod journal;
+mod journaling;
 mod overlay;
 mod readdir;
 mod rename;
@@ -37,6 +39,7 @@ pub type FsResult<T> = Result<T, FsError>;
 
 pub use counters::Counters;
 use counters::OpCounts;
+pub use journaling::Replayed;
 pub use types::{Attr, DirItem, FileKind, FsConfig, Opened, StatFs};
 pub use xattr::{STATS_IOCTL, STATS_IOCTL_SIZE};
 
@@ -59,6 +62,8 @@ pub struct Fs {
     /// Whole chunks read without a handle, for the later reads of the same file.
     unopened: unopened::Snapshots,
     writeback: Option<writeback::WriteBack>,
+    /// Closed files made durable on local disk until committed (`journaling.rs`).
+    journal: Option<Arc<journal::Journal>>,
     budget: Arc<buffer::Budget>,
     /// Bumped at the end of every operation that may change a name, size or content: open
     /// directory handles take their listing again when it moved (see `readdir.rs`).
@@ -111,6 +116,7 @@ impl Fs {
             ops: OpCounts::default(),
             unopened: unopened::Snapshots::default(),
             writeback,
+            journal: None,
             budget,
             changes: std::sync::atomic::AtomicU64::new(0),
         }

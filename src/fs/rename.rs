@@ -66,6 +66,9 @@ impl Fs {
             Some(file) => tokio::time::timeout(REPLACED_WAIT, file.state.lock()).await.ok(),
             None => None,
         };
+        if _held_back.as_ref().is_some_and(|state| state.journaled.is_some()) {
+            self.journal_removed(&to).await?;
+        }
         if let Some(replaced) = self.inodes.take_file(&to) {
             if replaced.pending.is_some() {
                 self.undefer(&replaced.sink);
@@ -82,9 +85,14 @@ impl Fs {
     async fn move_staged(&self, from: &str, to: &str, file: Arc<WriteFile>, sink: Sink) -> FsResult<()> {
         let deferred = self.defers(&sink);
         if matches!(sink, Sink::Staged) || deferred {
+            if deferred {
+                // Durable in the journal (when there is one) before the name shows it.
+                let mut state = self.load(&file).await?;
+                state.touch();
+                self.journal_content(to, &mut state, None).await?;
+            }
             self.inodes.move_file(from, to, sink.clone());
             if deferred {
-                file.state.lock().await.touch();
                 self.defer(to);
             }
             return Ok(());
@@ -133,8 +141,14 @@ impl Fs {
             self.view.remove(&node).await?;
         }
         if self.defers(&sink) {
+            let mut state = file.state.lock().await;
+            self.journal_content(to, &mut state, Some(from)).await?;
+            drop(state);
             self.defer(to);
             return Ok(());
+        }
+        if file.state.lock().await.journaled.is_some() {
+            self.journal_removed(from).await?;
         }
         // Committed now, not when the open handles close: the kernel releases files
         // asynchronously, and a release that never comes (unmount) must not lose the content.

@@ -182,6 +182,7 @@ impl Fs {
     /// The flush of a writable handle: its file's content committed (or deferred) where the
     /// file is now.
     async fn flush_file(&self, writer: &WriteHandle) -> FsResult<()> {
+        self.journal_room().await?;
         // Wherever the file is once its content is ours: a rename moves the name without the
         // content's lock, so a place read before locking may already be the old name (whose
         // stored copy the rename removes). An unlinked file has nowhere to go.
@@ -196,6 +197,8 @@ impl Fs {
             return Ok(());
         }
         if self.defers(&sink) {
+            // Durable in the journal (when there is one) before the close returns.
+            self.journal_content(&path, &mut state, None).await?;
             drop(state);
             self.defer(&path);
             return Ok(());
@@ -294,6 +297,9 @@ impl Fs {
                 .ok(),
             None => None,
         };
+        if _held_back.as_ref().is_some_and(|state| state.journaled.is_some()) {
+            self.journal_removed(&path).await?;
+        }
         if let Some(held) = self.inodes.take_file(&path) {
             // Staged, being written or pending: its bytes go nowhere now (open handles keep
             // writing into a file that no longer has a place); a stored version is removed too.

@@ -55,6 +55,8 @@ struct Due {
     target: Target,
     data: Bytes,
     generation: u64,
+    /// The journal record of `data`, done once it is committed.
+    journaled: Option<u64>,
 }
 
 impl Fs {
@@ -149,6 +151,7 @@ impl Fs {
                     target,
                     data,
                     generation: state.generation,
+                    journaled: state.journaled,
                 });
             }
         }
@@ -172,7 +175,10 @@ impl Fs {
                 Err(e) => Err(e),
             };
             match committed {
-                Ok(()) => state.dirty = false,
+                Ok(()) => {
+                    state.dirty = false;
+                    self.journal_done(state.journaled.take()).await;
+                }
                 Err(e) => {
                     self.fail("commit at exit", 0, &e);
                     tracing::error!(path, "changes could not be committed at exit: {e}");
@@ -215,6 +221,7 @@ impl Fs {
     /// A pending file's bytes are in the store: it is clean unless written again meanwhile, and
     /// is no longer held when no handle has it open.
     async fn committed(&self, due: &Due) {
+        self.journal_done(due.journaled).await;
         let Some((file, sink)) = self.inodes.file_at(&due.path) else {
             return;
         };
@@ -223,6 +230,7 @@ impl Fs {
             return;
         }
         state.dirty = false;
+        state.journaled = None;
         drop(state);
         // Counted out of its batch once: a file opened for writing meanwhile was already.
         let was_pending = self.inodes.with_file(&due.path, |w| w.pending.take().is_some()) == Some(true);

@@ -1,0 +1,154 @@
+//! How a mount uses its write journal (`journal/`): closed chunk files are made durable on
+//! local disk before `close()` returns, committed by write-back in batches, and found again
+//! by the next mount after a crash.
+//!
+//! - A chunk file closed with changes (or renamed into place) under write-back has its
+//!   content appended to the journal, fsynced, while its content is locked: `close()` returns
+//!   once it is there. Its record is done when write-back commits it (`committed`).
+//! - A pending file removed, renamed away or replaced gets a removal record, so that a replay
+//!   never brings back what the user removed.
+//! - The journal is bounded by `--write-buffer-size`: a close that finds it full first
+//!   commits everything pending (waiting for the store, as a local disk makes a writer wait
+//!   when its cache is full).
+//! - At mount, before serving, what an earlier mount of the source left in the journal is
+//!   committed (`replay_journal`): each path's last content, skipped when the store already
+//!   holds those bytes. Torn records were dropped when the journal was read.
+//!
+//! Journal I/O is blocking (writes, fsyncs, deletes): it runs on the blocking pool.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::handles::WriteState;
+use super::journal::record::Kind;
+use super::journal::{Journal, Replay};
+use super::{Fs, FsError, FsResult};
+
+/// What a mount's replay of its journal did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Replayed {
+    /// Files committed, and their bytes.
+    pub files: usize,
+    pub bytes: u64,
+    /// Files the store already held as journaled.
+    pub already_stored: usize,
+    /// Files whose path no longer takes a chunk (the array is gone or changed).
+    pub dropped: Vec<String>,
+    pub torn_records: usize,
+}
+
+impl Fs {
+    /// Journal closed files here (see the module's documentation).
+    pub fn with_journal(mut self, journal: Arc<Journal>) -> Self {
+        self.journal = Some(journal);
+        self
+    }
+
+    pub fn journal(&self) -> Option<&Arc<Journal>> {
+        self.journal.as_ref()
+    }
+
+    /// Before a close journals its file: if the journal holds `--write-buffer-size` already,
+    /// commit what is pending first.
+    pub(super) async fn journal_room(&self) -> FsResult<()> {
+        let Some(journal) = &self.journal else { return Ok(()) };
+        if journal.pending().0 >= self.config.write_buffer_bytes as u64 {
+            self.write_back(true).await?;
+        }
+        Ok(())
+    }
+
+    /// Append the content of the file at `path` (its state locked by the caller) durably,
+    /// with removals of `removed` after it (a rename's old name). Nothing without a journal.
+    pub(super) async fn journal_content(
+        &self,
+        path: &str,
+        state: &mut WriteState,
+        removed: Option<&str>,
+    ) -> FsResult<()> {
+        let Some(journal) = self.journal.clone() else {
+            return Ok(());
+        };
+        let mut entries = vec![(path.to_string(), Kind::Content(state.content()?))];
+        entries.extend(removed.map(|r| (r.to_string(), Kind::Removed)));
+        let seqs = blocking(move || journal.append(entries)).await?;
+        state.journaled = seqs.first().copied();
+        Ok(())
+    }
+
+    /// Record that `path`, pending in the journal, was removed or replaced.
+    pub(super) async fn journal_removed(&self, path: &str) -> FsResult<()> {
+        let Some(journal) = self.journal.clone() else {
+            return Ok(());
+        };
+        let entries = vec![(path.to_string(), Kind::Removed)];
+        blocking(move || journal.append(entries)).await.map(drop)
+    }
+
+    /// A journaled content is in the store.
+    pub(super) async fn journal_done(&self, seq: Option<u64>) {
+        let (Some(journal), Some(seq)) = (self.journal.clone(), seq) else {
+            return;
+        };
+        if let Err(e) = blocking(move || journal.done(seq)).await {
+            tracing::warn!("journal {}: {e}", self.journal_dir());
+        }
+    }
+
+    fn journal_dir(&self) -> String {
+        self.journal
+            .as_ref()
+            .map_or(String::new(), |j| j.dir().display().to_string())
+    }
+
+    /// Commit what an earlier mount left in the journal, before this one serves.
+    pub async fn replay_journal(&self, replay: Replay) -> FsResult<Replayed> {
+        let Some(journal) = self.journal.clone() else {
+            return Ok(Replayed::default());
+        };
+        let mut done = Replayed {
+            torn_records: replay.torn_segments,
+            ..Replayed::default()
+        };
+        let mut batch = Vec::new();
+        for (path, data) in replay.files {
+            let at = self.view.locate(&path).await?;
+            let Some(target) = self.view.write_target(&at).await? else {
+                done.dropped.push(path);
+                continue;
+            };
+            if self.stored_as(&at, &data).await {
+                done.already_stored += 1;
+                continue;
+            }
+            done.files += 1;
+            done.bytes += data.len() as u64;
+            batch.push((target, data));
+        }
+        for (_, outcome) in self.view.commit_together(batch).await {
+            outcome?;
+        }
+        blocking(move || journal.replayed()).await?;
+        Ok(done)
+    }
+
+    /// Whether the store holds `data` at the placed path now.
+    async fn stored_as(&self, at: &crate::view::Located, data: &Bytes) -> bool {
+        let Ok(Some(node)) = self.view.node(at).await else {
+            return false;
+        };
+        if node.size != data.len() as u64 {
+            return false;
+        }
+        matches!(self.view.read(&node, 0, node.size).await, Ok(stored) if stored == *data)
+    }
+}
+
+/// Run journal I/O on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Send + 'static) -> FsResult<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(result) => result.map_err(|e| FsError::Journal(Arc::new(e))),
+        Err(e) => Err(FsError::Journal(Arc::new(std::io::Error::other(e)))),
+    }
+}
