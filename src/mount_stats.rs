@@ -32,7 +32,7 @@ fn read_ioctl(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
 }
 
 /// The counters of the zarrfs mount at `path` (absolute, checked to be a zarrfs mount).
-fn read(path: &Path) -> Result<Map<String, Value>> {
+pub(crate) fn read(path: &Path) -> Result<Map<String, Value>> {
     let cannot = || format!("cannot read the counters of {}", path.display());
     let raw = match read_ioctl(path).with_context(cannot)? {
         Some(raw) => raw,
@@ -47,7 +47,7 @@ fn read(path: &Path) -> Result<Map<String, Value>> {
 }
 
 /// `1536` -> `1.5 KiB`.
-fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = n as f64;
     let mut unit = 0;
@@ -135,6 +135,14 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
             n("spilled_files")
         ),
     ];
+    let mut lines = lines.to_vec();
+    if c.contains_key("journal_pending_files") {
+        lines.push(format!(
+            "journal         {} files ({}) closed and durable on local disk, not yet committed to the store",
+            n("journal_pending_files"),
+            bytes(n("journal_pending_bytes"))
+        ));
+    }
     lines.join("\n") + "\n"
 }
 
@@ -176,6 +184,15 @@ mod tests {
         );
         assert!(
             text.contains("kernel requests 0 lookup, 0 getattr, 0 open, 0 read"),
+            "{text}"
+        );
+        assert!(!text.contains("journal"), "no journal, no line: {text}");
+        let mut journaled = counters.clone();
+        journaled.insert("journal_pending_files".into(), 3.into());
+        journaled.insert("journal_pending_bytes".into(), 3072.into());
+        let text = to_text(Path::new("/mnt/d"), "s3://b/x", &journaled);
+        assert!(
+            text.contains("journal         3 files (3.0 KiB) closed and durable"),
             "{text}"
         );
         assert_eq!(bytes(0), "0 B");

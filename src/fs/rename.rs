@@ -61,12 +61,24 @@ impl Fs {
         // done (then find it gone), so none lands while the name still shows what the store
         // had: the replacement is atomic to them. The wait is bounded, so two renames
         // crossing each other cannot deadlock.
+        // A staged file going where write-back defers it is made durable in the journal (when
+        // there is one) before anything changes: the file it replaces keeps its name until the
+        // move, so no reader sees the name between the two.
+        let journaled_early = match &held {
+            Some((file, Sink::Staged)) if self.defers(&sink) => {
+                let mut state = self.load(file).await?;
+                state.touch();
+                self.journal_content(&to, &mut state, None).await?;
+                true
+            }
+            _ => false,
+        };
         let replaced = self.inodes.file_at(&to).map(|(file, _)| file);
         let _held_back = match &replaced {
             Some(file) => tokio::time::timeout(REPLACED_WAIT, file.state.lock()).await.ok(),
             None => None,
         };
-        if _held_back.as_ref().is_some_and(|state| state.journaled.is_some()) {
+        if !journaled_early && _held_back.as_ref().is_some_and(|state| state.journaled.is_some()) {
             self.journal_removed(&to).await?;
         }
         if let Some(replaced) = self.inodes.take_file(&to) {
@@ -85,12 +97,7 @@ impl Fs {
     async fn move_staged(&self, from: &str, to: &str, file: Arc<WriteFile>, sink: Sink) -> FsResult<()> {
         let deferred = self.defers(&sink);
         if matches!(sink, Sink::Staged) || deferred {
-            if deferred {
-                // Durable in the journal (when there is one) before the name shows it.
-                let mut state = self.load(&file).await?;
-                state.touch();
-                self.journal_content(to, &mut state, None).await?;
-            }
+            // (A deferred one is in the journal already, see `rename`.)
             self.inodes.move_file(from, to, sink.clone());
             if deferred {
                 self.defer(to);

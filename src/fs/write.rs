@@ -221,6 +221,12 @@ impl Fs {
         Ok(())
     }
 
+    /// fsync of a directory (`sync DIR`, `zarrfs unmount` before unmounting): everything
+    /// pending write-back, journaled or not, is committed.
+    pub async fn fsyncdir(&self) -> FsResult<()> {
+        self.write_back(true).await
+    }
+
     /// Release a handle: commit what it left unflushed (errors can only be logged here), drop it.
     pub async fn release(&self, fh: u64) {
         let _changing = self.changing();

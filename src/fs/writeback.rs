@@ -52,6 +52,9 @@ impl WriteBack {
 /// A chunk file due for commit: where it goes, its bytes, and the generation they are of.
 struct Due {
     path: String,
+    /// The file whose content this is: the name may hold another by the time it is committed
+    /// (a rename onto it), which this commit says nothing about.
+    file: Arc<super::handles::WriteFile>,
     target: Target,
     data: Bytes,
     generation: u64,
@@ -148,6 +151,7 @@ impl Fs {
                 let Ok(data) = state.content() else { continue };
                 due.push(Due {
                     path,
+                    file: file.clone(),
                     target,
                     data,
                     generation: state.generation,
@@ -225,6 +229,9 @@ impl Fs {
         let Some((file, sink)) = self.inodes.file_at(&due.path) else {
             return;
         };
+        if !Arc::ptr_eq(&file, &due.file) {
+            return; // replaced since: the file there now waits for its own commit
+        }
         let mut state = file.state.lock().await;
         if state.generation != due.generation {
             return;

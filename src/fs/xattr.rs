@@ -46,6 +46,11 @@ impl Fs {
         ] {
             out.insert(name.into(), value.into());
         }
+        if let Some(journal) = self.journal() {
+            let (bytes, files) = journal.pending();
+            out.insert("journal_pending_bytes".into(), bytes.into());
+            out.insert("journal_pending_files".into(), files.into());
+        }
         out
     }
 

@@ -130,6 +130,12 @@ impl Filesystem for ZarrFuse {
         self.answer(op(req, "fsync", ino).fh(fh), reply, request, |r, ()| r.ok());
     }
 
+    fn fsyncdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let fs = self.fs.clone();
+        let request = async move { fs.fsyncdir().await };
+        self.answer(op(req, "fsyncdir", ino).fh(fh), reply, request, |r, ()| r.ok());
+    }
+
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let fs = self.fs.clone();
         let request = async move { fs.opendir(ino.0).await };
