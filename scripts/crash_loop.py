@@ -6,15 +6,23 @@ says what a round does and checks).
 Usage (with the project's venv, as root, /dev/fuse; build the binary first):
     .venv/bin/python scripts/crash_loop.py --rounds 50 --source local --mode default --seed 1
     .venv/bin/python scripts/crash_loop.py --rounds 20 --source s3 --mode writeback --seed 1
+    .venv/bin/python scripts/crash_loop.py --rounds 20 --source s3 --mode journal --seed 1
 
 Options:
     --rounds N                 rounds (default 20)
     --source local|s3          a local directory, or a prefix of the moto S3 server on 127.0.0.1
                                (started here with `scripts/servers.sh start s3` if it is not
                                running, and stopped at the end if this run started it)
-    --mode default|writeback   default: close() commits; writeback: --write-back-delay (drawn
+    --mode default|writeback|journal
+                               default: close() commits; writeback: --write-back-delay (drawn
                                per round from 0.05, 0.5, 30 s), the writer fsyncs every 3rd or
-                               every 10th write (drawn per round)
+                               every 10th write (drawn per round); both say --no-journal on S3
+                               (the journal is the default of remote sources). journal:
+                               --journal-dir (one for the campaign, under the workdir) and
+                               --write-back-delay drawn from the default 1 s, 0.05, 0.5, 30 s;
+                               the writer fsyncs never or every 10th write; every write whose
+                               close() returned must be in the store once the remount has
+                               replayed the journal
     --seed S                   seed of the kill points and delays (default 1)
     --kill-acks LOW,HIGH       acknowledged writes before the kill (default 5,300 local; 3,60 s3)
     --binary PATH              the zarrfs binary (default $ZARRFS_BIN or target/debug/zarrfs)
@@ -27,11 +35,15 @@ daemon logs, and a summary table: rounds, acks (closes acknowledged), synced (fs
 acknowledged), in flight (writes the kill interrupted), landed (of those, found committed:
 killed between commit and reply), mid-commit (rounds whose kill left a temporary file: killed
 inside a commit), torn (shards or chunks that do not parse, after the kill or seen by the
-poller while the writer ran: must be 0), lost acked (default mode: must be 0), lost fsynced
-(write-back mode: must be 0), invented (values never written: must be 0), other failures
-(writes failing before the kill, the remount not showing the store, leftovers not swept...),
+poller while the writer ran: must be 0), lost acked (default mode; journal mode after the
+remount's replay: must be 0), lost fsynced (write-back and journal modes: must be 0), invented
+(values never written: must be 0), other failures (writes failing before the kill, the remount
+not showing the store, leftovers not swept, no replay logged, journal segments left...),
 leftovers found and swept by the remount, unsynced lost (write-back: closes not committed
-before the kill, allowed), polls (reads of the store while writing), wall time.
+before the kill, allowed), pending (journal: closes not committed before the kill, which the
+remount's replay must commit; lost ones count as lost acked), replayed (journal: files the
+remounts' replays committed, from their log lines; at least pending), polls (reads of the
+store while writing), wall time.
 Exit status 1 if any round failed.
 """
 from __future__ import annotations
@@ -57,7 +69,8 @@ COLUMNS = [("source", "source"), ("mode", "mode"), ("rounds", "rounds"), ("acks"
            ("mid_commit", "mid-commit"), ("torn", "torn"), ("lost_acked", "lost acked"),
            ("lost_synced", "lost fsynced"), ("invented", "invented"), ("other", "other"),
            ("leftovers", "leftovers"), ("swept", "swept"), ("unsynced_lost", "unsynced lost"),
-           ("polls", "polls"), ("seconds", "wall s")]
+           ("pending", "pending"), ("replayed", "replayed"), ("polls", "polls"),
+           ("seconds", "wall s")]
 
 
 def servers_sh(*args: str) -> subprocess.CompletedProcess:
@@ -78,7 +91,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--source", choices=["local", "s3"], default="local")
-    ap.add_argument("--mode", choices=["default", "writeback"], default="default")
+    ap.add_argument("--mode", choices=list(C.CrashLoop.MODES), default="default")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kill-acks", default=None)
     ap.add_argument("--binary", default=os.environ.get("ZARRFS_BIN", REPO / "target/debug/zarrfs"))

@@ -3,18 +3,29 @@ of what the store holds, then a remount that must sweep what the crash left and 
 the store. Used by tests/clients/test_write_crash.py (CI-sized) and scripts/crash_loop.py (the
 long campaigns).
 
+Modes:
+- "default": close() commits (on an S3 source `--no-journal`, as the write journal is the
+  default of remote sources there; a local source needs no flag);
+- "writeback": `--write-back-delay`, the delay drawn from 0.05, 0.5 and 30 s (`--no-journal`
+  on S3 too: closed files wait in memory only);
+- "journal": `--journal-dir` (one directory per loop, under the workdir, the same for every
+  round, so that the remount after a kill finds what the killed daemon left) and a
+  `--write-back-delay` drawn from the default (1 s: no flag), 0.05, 0.5 and 30 s. A close
+  returns once its file is fsynced in the journal; write-back commits later.
+
 One round:
-1. mount the source in the foreground (default mode, or write-back with
-   `--write-back-delay`, the delay drawn from 0.05, 0.5 and 30 s), a writer process starts
+1. mount the source in the foreground (options of the mode), a writer process starts
    N threads, each rewriting its own chunk files over and over (open O_TRUNC, one 16-byte
    write, close; each key once in turn or twice in a row) with self-describing payloads
    (writer, key index, sequence number per key; see writing.payload). It prints `ack KEY SEQ`
    when close() returned; in write-back mode it fsyncs every 3rd (or 10th) write of a thread
-   before closing it and prints `sync KEY SEQ` for those once fsync() and close() returned.
+   before closing it, in journal mode never (or every 10th), and prints `sync KEY SEQ` for
+   those once fsync() and close() returned.
 2. while it writes, a poller reads the store again and again (the files of a local source, the
    objects of an S3 prefix): every state the store passes through is one a crash could leave,
    so each must pass the checks of step 5 that apply (no torn shard or chunk, no write missing
-   that was acknowledged, or fsynced, before the read began).
+   that was acknowledged (default mode), or fsynced (write-back and journal), before the read
+   began).
 3. after a seeded random number of acknowledgements plus a seeded random delay (0-20 ms),
    every daemon pid gets SIGKILL. The writer's threads then fail (ECONNABORTED/ENOTCONN):
    `error KEY SEQ ERRNO` names the write each thread had in flight. Any other error, or one
@@ -30,29 +41,43 @@ One round:
      or one of this round's from base+1 up to the one in flight);
    - default mode: every key holds its last acknowledged seq, or the one in flight after it;
    - write-back mode: every key holds at least its last fsync-acknowledged seq (closes without
-     fsync may be lost: counted as `unsynced_lost`, not a failure).
-6. remount (default mode) to sweep: a local source's leftovers are `.zarrfs-tmp.*` files (a
-   shard's new value written to a temporary file, killed before the rename). The daemon
-   removes such files of dead processes that are older than a minute, the first time it writes
-   into their directory after it starts (src/store/sweep.rs; never at mount time, and never
-   young files, as a reused pid could otherwise lose a live writer's file). The round ages the
-   leftovers by two minutes (as if the remount came later), mounts, checks that the view shows
-   exactly the store and no temporary name, rewrites one chunk of every shard (its stored bytes
-   again, or a seq-0 payload where the shard is missing), unmounts, and checks that no
-   leftover is left. An S3 source has no temporary objects (a shard is replaced by one
-   conditional PUT); its leftovers would be objects other than the metadata and shard keys, or
-   unfinished multipart uploads under the prefix: none may exist.
+     fsync may be lost: counted as `unsynced_lost`, not a failure);
+   - journal mode, as write-back mode here: every key holds at least its last fsynced seq;
+     the acknowledged writes not in the store yet are counted as `pending` (the journal holds
+     them: the remount must commit them).
+6. remount (the mode's journal flags only: `--no-journal` on S3 in the other modes,
+   `--journal-dir` in journal mode). Journal mode first: the mount is live once the journal was
+   replayed, so the store is read again and must pass the default mode's checks of step 5 (every
+   write whose close() returned is in the store, or the one in flight after it; no torn shard, no
+   value never written), and when the kill left acknowledged writes out of the store (`pending`),
+   the remount's log must say `journal DIR: committed what an earlier mount left files=N` with N
+   at least that many. The view is then compared with the store as replayed. Then, in every mode,
+   the sweep: a local source's leftovers are `.zarrfs-tmp.*` files (a shard's new value written to
+   a temporary file, killed before the rename). The daemon removes such files of dead processes
+   that are older than a minute, the first time it writes into their directory after it starts
+   (src/store/sweep.rs; never at mount time, and never young files, as a reused pid could
+   otherwise lose a live writer's file). The round ages the leftovers by two minutes (as if the
+   remount came later), mounts, checks that the view shows exactly the store and no temporary
+   name, rewrites one chunk of every shard (its stored bytes again, or a seq-0 payload where the
+   shard is missing), unmounts, and checks that no leftover is left. An S3 source has no temporary
+   objects (a shard is replaced by one conditional PUT); its leftovers would be objects other than
+   the metadata and shard keys, or unfinished multipart uploads under the prefix: none may exist.
+   Journal mode: once the remount has unmounted (and exited 0), the journal directory holds no
+   `seg-*.zj` file.
 
 Figures of a round: acks (close acks, including synced ones), synced, in_flight (writes
 interrupted by the kill), landed (in-flight writes found committed: the kill came between the
 commit and the reply), leftovers (temporary files found: the kill came in the middle of a
-commit), swept, unsynced_lost (write-back: closed but not committed), polls, seconds.
+commit), swept, unsynced_lost (write-back: closed but not committed), pending (journal:
+acknowledged but not committed at the kill; the remount's replay must commit them), replayed
+(journal: files the remount's replay committed, from its log line), polls, seconds.
 """
 from __future__ import annotations
 
 import errno
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -72,6 +97,15 @@ TEMP_MARKER = ".zarrfs-tmp."
 # Write-back rounds fsync every 3rd write of a thread, or every 10th (drawn per round): with
 # fewer fsyncs, pending files wait longer, and more of what write-back does shows in the store.
 SYNC_EVERY = (3, 10)
+# Journal rounds fsync never (0: what is not committed when the daemon dies is only in the
+# journal), or every 10th write (an fsync commits everything: the journal empties while
+# closes keep appending to it).
+JOURNAL_SYNC_EVERY = (0, 10)
+# Journal rounds' --write-back-delay: None is no flag (the daemon's default with a journal, 1 s).
+JOURNAL_DELAYS = (None, 0.05, 0.5, 30.0)
+# The line of a daemon log saying what its mount committed from the journal before serving
+# (src/app.rs, replay_journal).
+REPLAY_LINE = re.compile(r"committed what an earlier mount left\b.*?\bfiles=(\d+)")
 # Each key written once in turn, or twice in a row (drawn per round): a rewrite right after a
 # close races the kernel's (asynchronous) release of the closed handle.
 REPEATS = (1, 2)
@@ -149,6 +183,7 @@ class LocalSource:
     """A local directory holding the hierarchy; its store is read in place."""
 
     kind = "local"
+    remote = False
     env: dict = {}
     poll_pause = 0.001
 
@@ -186,6 +221,7 @@ class S3Source:
     is read back by downloading every object through the server."""
 
     kind = "s3"
+    remote = True  # the write journal is the default: the other modes say --no-journal
     poll_pause = 0.02
 
     def __init__(self, workdir: Path, prefix: str):
@@ -256,11 +292,13 @@ class RoundResult:
     leftovers: int = 0
     swept: int = 0
     unsynced_lost: int = 0
+    pending: int = 0
+    replayed: int = 0
     polls: int = 0
     seconds: float = 0.0
     torn: list = field(default_factory=list)          # shard problems (must stay empty)
-    lost_acked: list = field(default_factory=list)    # default mode (must stay empty)
-    lost_synced: list = field(default_factory=list)   # write-back mode (must stay empty)
+    lost_acked: list = field(default_factory=list)    # default and journal modes (must stay empty)
+    lost_synced: list = field(default_factory=list)   # write-back and journal modes (must stay empty)
     invented: list = field(default_factory=list)      # values never written (must stay empty)
     other: list = field(default_factory=list)         # workload, view and sweep failures
     log_tail: str = ""
@@ -274,7 +312,8 @@ class RoundResult:
     def line(self) -> str:
         text = (f"round {self.round}: acks {self.acks} synced {self.synced} in flight {self.in_flight} "
                 f"landed {self.landed} leftovers {self.leftovers} swept {self.swept} "
-                f"unsynced lost {self.unsynced_lost} polls {self.polls} ({self.seconds:.2f} s)")
+                f"unsynced lost {self.unsynced_lost} pending {self.pending} replayed {self.replayed} "
+                f"polls {self.polls} ({self.seconds:.2f} s)")
         return text + (f" FAILED: {self.failures[:5]}" if self.failures else "")
 
 
@@ -353,18 +392,31 @@ def check_store(array_dir: Path, record: Record, previous: dict, write_back: boo
 class CrashLoop:
     """Rounds of write, kill -9, check, remount-and-sweep on one source.
 
-    binary: the zarrfs binary; workdir: a directory for mountpoints, logs and downloads;
-    source: LocalSource or S3Source; mode: "default" or "writeback"; seed: the random seed of
-    the kill points (and write-back delays); kill_acks: (low, high) acknowledgements before
-    the kill."""
+    binary: the zarrfs binary; workdir: a directory for mountpoints, logs and downloads (and
+    the journal); source: LocalSource or S3Source; mode: "default", "writeback" or "journal";
+    seed: the random seed of the kill points (and write-back delays); kill_acks: (low, high)
+    acknowledgements before the kill; delays: write-back mode's --write-back-delay draws,
+    journal_delays journal mode's (None: no flag); sync_every: the writer's fsync draws (0:
+    none; default SYNC_EVERY in write-back mode, JOURNAL_SYNC_EVERY in journal mode).
+    before_remount, when set, is called with the loop after the checks of the killed store
+    and before the remount (the tests lose the journal there)."""
+
+    MODES = ("default", "writeback", "journal")
 
     def __init__(self, binary: Path, workdir: Path, source, mode: str = "default", seed: int = 0,
                  kill_acks: tuple = (5, 300), threads: int = THREADS, delays=(0.05, 0.5, 30.0),
-                 sync_every=SYNC_EVERY, repeats=REPEATS):
-        assert mode in ("default", "writeback"), mode
+                 sync_every=None, repeats=REPEATS, journal_delays=JOURNAL_DELAYS):
+        assert mode in self.MODES, mode
         self.binary, self.workdir, self.source = Path(binary), Path(workdir), source
         self.mode, self.seed, self.kill_acks, self.threads = mode, seed, kill_acks, threads
+        if sync_every is None:
+            sync_every = JOURNAL_SYNC_EVERY if mode == "journal" else SYNC_EVERY
         self.delays, self.sync_every, self.repeats = delays, sync_every, repeats
+        self.journal_delays = journal_delays
+        # One journal for every round of the loop: the remount after a kill finds what the
+        # killed daemon left there.
+        self.journal_dir = self.workdir / "journal"
+        self.before_remount = None
         cke = {"name": "default", "configuration": {"separator": "/"}}
         self.keys = [si.chunk_key((i, j), cke) for i in range(SHAPE[0] // 4) for j in range(SHAPE[1] // 4)]
         self.shard_names = {si.chunk_key((i, j), cke) for i in range(SHAPE[0] // SHARD[0])
@@ -376,6 +428,31 @@ class CrashLoop:
     @property
     def write_back(self) -> bool:
         return self.mode == "writeback"
+
+    @property
+    def journaled(self) -> bool:
+        return self.mode == "journal"
+
+    @property
+    def syncs_only(self) -> bool:
+        """Whether a write is only sure to be in the store (before a remount) once fsynced."""
+        return self.mode in ("writeback", "journal")
+
+    def _journal_flags(self) -> list:
+        """The flags every mount of the mode has: its journal, or none (the journal is the
+        default of remote sources: without --no-journal, default and write-back modes would
+        journal there)."""
+        if self.journaled:
+            return ["--journal-dir", str(self.journal_dir)]
+        return ["--no-journal"] if self.source.remote else []
+
+    def _round_options(self, rng: random.Random) -> list:
+        """The killed mount's options (the write-back delay drawn)."""
+        if self.journaled:
+            delay = rng.choice(self.journal_delays)
+            return self._journal_flags() + ([] if delay is None else ["--write-back-delay", str(delay)])
+        options = ["--write-back-delay", str(rng.choice(self.delays))] if self.write_back else []
+        return options + self._journal_flags()
 
     def mount(self, *options) -> EnvMount:
         n = self.mounts
@@ -396,10 +473,7 @@ class CrashLoop:
         result = RoundResult(n)
         start = time.monotonic()
         record = Record(self.keys, base=(n + 1) * 1_000_000, threads=self.threads)
-        options = []
-        if self.write_back:
-            options = ["--write-back-delay", str(rng.choice(self.delays))]
-        view = self.mount(*options)
+        view = self.mount(*self._round_options(rng))
         try:
             self._write_and_kill(view, record, rng, result)
         finally:
@@ -409,10 +483,20 @@ class CrashLoop:
         result.acks, result.synced = record.n_acks, record.n_synced
         result.in_flight = len(record.in_flight)
         store = self.source.store(f"{n}-killed")
-        check_store(store / ARRAY, record, self.previous, self.write_back, result)
+        if self.journaled:
+            # As write-back mode: only fsynced writes must be in the store yet; what else was
+            # acknowledged is pending in the journal.
+            killed = RoundResult(n)
+            check_store(store / ARRAY, record, self.previous, True, killed)
+            _merge_failures(result, killed, "")
+            result.pending = killed.unsynced_lost
+        else:
+            check_store(store / ARRAY, record, self.previous, self.write_back, result)
+        if self.before_remount is not None:
+            self.before_remount(self)
         found = self.source.leftovers()
         result.leftovers = len(found)
-        remount = self._remount_and_sweep(store, found, result)
+        remount = self._remount_and_sweep(store, found, result, record)
         result.seconds = time.monotonic() - start
         if result.failures:
             result.log_tail = (f"--- killed mount {view.mountpoint.name} ---\n{view.log_tail(30)}\n"
@@ -427,7 +511,7 @@ class CrashLoop:
             (array / "c" / str(i)).mkdir(parents=True, exist_ok=True)
         kill_after = rng.randint(*self.kill_acks)
         extra = rng.uniform(0, 0.02)
-        sync_every = rng.choice(self.sync_every) if self.write_back else 0
+        sync_every = rng.choice(self.sync_every) if self.syncs_only else 0
         repeat = rng.choice(self.repeats)
         child = subprocess.Popen([sys.executable, "-c", WRITER, str(array), str(record.base),
                                   str(self.threads), str(sync_every), str(repeat), *self.keys],
@@ -489,10 +573,10 @@ class CrashLoop:
     def _poll(self, record: Record, killed: threading.Event, result: RoundResult, seen: set) -> None:
         """While the writer runs, read the store again and again: every state it passes through
         is one a crash could leave, so each must pass the same checks (no torn shard or chunk;
-        default mode: no write acknowledged before the read began is missing, write-back mode:
-        no write fsynced before it)."""
+        default mode: no write acknowledged before the read began is missing, write-back and
+        journal modes: no write fsynced before it)."""
         while not killed.is_set():
-            floor = dict(record.synced if self.write_back else record.acked)
+            floor = dict(record.synced if self.syncs_only else record.acked)
             try:
                 array_dir = self.source.store("poll") / ARRAY
                 # A shard created between the listing of the shards and the walk of the
@@ -507,7 +591,7 @@ class CrashLoop:
             for key, seq in floor.items():
                 got = state.get(key)
                 if key not in bad and (got is None or got[2] < seq):
-                    what = "fsynced" if self.write_back else "acknowledged"
+                    what = "fsynced" if self.syncs_only else "acknowledged"
                     found.append(f"{key}: {what} {seq} before the read, stored {got and got[2]}")
             for problem in found:
                 if problem not in seen:
@@ -517,14 +601,19 @@ class CrashLoop:
 
     # -- remount
 
-    def _remount_and_sweep(self, store: Path, found: list, result: RoundResult) -> EnvMount:
-        """Mount again (default mode): the view shows exactly the store and no temporary name;
-        one chunk of every shard is rewritten (which sweeps aged leftovers of its directory);
-        afterwards no leftover may remain. Sets the store state the next round starts from;
-        returns the (unmounted) remount."""
+    def _remount_and_sweep(self, store: Path, found: list, result: RoundResult,
+                           record: Record) -> EnvMount:
+        """Mount again (no write-back delay; journal mode: the same journal, replayed before
+        the mount serves, and then every acknowledged write must be in the store): the view
+        shows exactly the store and no temporary name; one chunk of every shard is rewritten
+        (which sweeps aged leftovers of its directory); afterwards no leftover may remain (nor
+        a journal segment). Sets the store state the next round starts from; returns the
+        (unmounted) remount."""
         self.source.age_leftovers(120)
-        view = self.mount()
+        view = self.mount(*self._journal_flags())
         try:
+            if self.journaled:
+                store = self._check_replay(record, result)
             diffs = view_matches_store(view.path(ARRAY), store / ARRAY)
             if diffs:
                 result.other.append(f"the remount does not show the store: {diffs[:6]}")
@@ -537,6 +626,8 @@ class CrashLoop:
             result.other.append(f"the remount failed: {e}")
         finally:
             view.stop()
+        if self.journaled:
+            self._check_journal_emptied(view, result)
         left = self.source.leftovers()
         kept_alive = [rel for rel in left if _pid_of(rel) is not None and pid_alive(_pid_of(rel))]
         result.swept = len(set(found) - set(left))
@@ -550,6 +641,39 @@ class CrashLoop:
         result.torn += [f"after the remount: {b}" for b in bad.values()]
         self.previous = {k: v[2] for k, v in state.items()}
         return view
+
+    def _check_replay(self, record: Record, result: RoundResult) -> Path:
+        """Journal mode, the remount live (so its replay done): the store read again must hold
+        every write whose close() returned (or the one in flight after it), nothing torn and
+        nothing never written. Returns the store as read."""
+        store = self.source.store(f"{result.round}-replayed")
+        replayed = RoundResult(result.round)
+        check_store(store / ARRAY, record, self.previous, False, replayed)
+        _merge_failures(result, replayed, "after the remount's replay: ")
+        result.landed = replayed.landed
+        return store
+
+    def _check_journal_emptied(self, view: EnvMount, result: RoundResult) -> None:
+        """Journal mode, the remount unmounted (its log complete): the log says it committed
+        the journal's files when the kill left acknowledged writes out of the store, at least
+        that many; it exited 0, and its journal holds no segment (everything journaled was
+        committed at the unmount)."""
+        said = REPLAY_LINE.findall(view.log_text())
+        result.replayed = int(said[-1]) if said else 0
+        if result.pending and not said:
+            result.other.append(f"{result.pending} acknowledged writes were not in the store after "
+                                f"the kill, and the remount logged no replay of the journal")
+        elif result.pending > result.replayed:
+            result.other.append(f"the remount's replay committed {result.replayed} files, but "
+                                f"{result.pending} acknowledged writes were not in the store after "
+                                f"the kill")
+        code = view.proc.returncode if view.proc is not None else None
+        if code != 0:
+            result.other.append(f"the remount did not exit cleanly after its unmount (exit {code})")
+        segments = sorted(p.name for p in self.journal_dir.glob("seg-*.zj"))
+        if segments:
+            result.other.append(f"the journal {self.journal_dir} still holds {segments[:6]} after "
+                                f"the remount was unmounted")
 
     def _touch_every_shard(self, view: EnvMount, array_dir: Path) -> None:
         """Rewrite the first chunk of every shard: its stored bytes, or a seq-0 payload."""
@@ -573,6 +697,12 @@ class CrashLoop:
             if on_round:
                 on_round(r)
         return self.results
+
+
+def _merge_failures(result: RoundResult, checked: RoundResult, prefix: str) -> None:
+    """Add the failure lists of `checked` (one check of the round) to the round's, prefixed."""
+    for name in ("torn", "lost_acked", "lost_synced", "invented", "other"):
+        getattr(result, name).extend(f"{prefix}{p}" for p in getattr(checked, name))
 
 
 def _pid_of(rel: str) -> int | None:
@@ -602,6 +732,8 @@ class Summary:
     leftovers: int
     swept: int
     unsynced_lost: int
+    pending: int
+    replayed: int
     polls: int
     seconds: float
 
@@ -619,4 +751,5 @@ def summarize(loop: CrashLoop, seconds: float) -> Summary:
                    sum(len(r.lost_synced) for r in rs), sum(len(r.invented) for r in rs),
                    sum(len(r.other) for r in rs), sum(r.leftovers for r in rs),
                    sum(r.swept for r in rs), sum(r.unsynced_lost for r in rs),
+                   sum(r.pending for r in rs), sum(r.replayed for r in rs),
                    sum(r.polls for r in rs), seconds)

@@ -4,11 +4,14 @@ daemon pid is killed with SIGKILL at a seeded random moment. While it writes, an
 cleaning up the dead mount, no shard or chunk in the store may be torn or unparseable (an empty
 chunk committed by a late release or by write-back of a file being rewritten was found this
 way), no chunk may hold a value that was never written; in the default mode every write whose close() returned is in the store (the write in
-flight may or may not be), in write-back mode every write whose fsync() returned. A remount
-shows exactly the store, hides and sweeps the temporary files the kill left (local source),
-and finds no stray object or unfinished upload (S3). tests/clients/crashing.py has the
-workload and the checks; the last test shows that the checks do catch torn shards and lost
-writes."""
+flight may or may not be), in write-back mode every write whose fsync() returned. In journal
+mode (--journal-dir) every write whose fsync() returned is in the store after the kill, and
+every write whose close() returned once the remount has replayed the journal; the remount's
+unmount leaves no journal segment. A remount shows exactly the store, hides and sweeps the
+temporary files the kill left (local source), and finds no stray object or unfinished upload
+(S3). tests/clients/crashing.py has the workload and the checks; the last tests show that the
+checks do catch torn shards and lost writes, and a journal lost between the kill and the
+remount."""
 import shutil
 
 import pytest
@@ -18,6 +21,9 @@ from remote import remote  # noqa: F401 - the session fixture that starts the se
 
 LOCAL_ROUNDS = 6
 S3_ROUNDS = 2
+# Journal rounds read the store once more (after the replay): fewer of them locally.
+ROUNDS = {("local", "journal"): 4}
+MODES = ["default", "writeback", "journal"]
 
 
 def run_rounds(loop: C.CrashLoop, rounds: int) -> list:
@@ -30,25 +36,29 @@ def run_rounds(loop: C.CrashLoop, rounds: int) -> list:
     assert all(r.acks > 0 and r.in_flight > 0 for r in results), "a round wrote nothing"
     if loop.write_back:
         assert sum(r.synced for r in results) > 0, "no fsync was acknowledged"
+    if loop.journaled:  # the kills left writes only in the journal, and the remounts replayed them
+        assert sum(r.pending for r in results) > 0, "no round left an acknowledged write uncommitted"
+        assert sum(r.replayed for r in results) > 0, "no remount replayed a journaled file"
     return results
 
 
-@pytest.mark.parametrize("mode", ["default", "writeback"])
+@pytest.mark.parametrize("mode", MODES)
 def test_kill_during_local_writes(zarrfs_bin, tmp_path, mode):
     # At least 40 acknowledgements: one thread has written 10 times, so fsynced at least once.
     loop = C.CrashLoop(zarrfs_bin, tmp_path, C.LocalSource(tmp_path / "src"), mode, seed=11,
                        kill_acks=(40, 300))
-    run_rounds(loop, LOCAL_ROUNDS)
+    run_rounds(loop, ROUNDS.get(("local", mode), LOCAL_ROUNDS))
 
 
-@pytest.mark.parametrize("mode", ["default", "writeback"])
+@pytest.mark.parametrize("mode", MODES)
 def test_kill_during_s3_writes(zarrfs_bin, tmp_path, remote, mode):  # noqa: F811
     remote.ensure("s3")
     source = C.S3Source(tmp_path, f"{remote.run}/crash-{mode}")  # deleted with the run prefix
-    # At least 16 acknowledgements, an fsync every 3rd write: one thread has fsynced.
+    # At least 16 acknowledgements; write-back: an fsync every 3rd write, so one thread has
+    # fsynced (journal mode draws its own: none, or every 10th).
     loop = C.CrashLoop(zarrfs_bin, tmp_path, source, mode, seed=11, kill_acks=(16, 40),
-                       sync_every=(3,))
-    run_rounds(loop, S3_ROUNDS)
+                       sync_every=(3,) if mode == "writeback" else None)
+    run_rounds(loop, ROUNDS.get(("s3", mode), S3_ROUNDS))
 
 
 def test_the_checks_catch_torn_shards_and_lost_writes(zarrfs_bin, tmp_path):
@@ -87,3 +97,21 @@ def test_the_checks_catch_torn_shards_and_lost_writes(zarrfs_bin, tmp_path):
     # a shard gone: its chunks' committed values are lost
     (swapped / "c/0/0").unlink()
     assert check(swapped).lost_acked
+
+
+def test_the_checks_catch_a_lost_journal(zarrfs_bin, tmp_path):
+    # Write-back 30 s and no fsync: nothing is committed before the kill, every acknowledged
+    # write is only in the journal. A first round replays it; a second loses it before the
+    # remount (as a journal on a disk that did not survive), and the checks say so.
+    loop = C.CrashLoop(zarrfs_bin, tmp_path, C.LocalSource(tmp_path / "src"), "journal", seed=5,
+                       kill_acks=(20, 40), journal_delays=(30.0,), sync_every=(0,))
+    kept = loop.round(0)
+    assert kept.failures == [], f"{kept.failures[:8]}\n{kept.log_tail[-3000:]}"
+    assert kept.pending > 0 and kept.replayed >= kept.pending, kept.line()
+    loop.before_remount = lambda lp: shutil.rmtree(lp.journal_dir)
+    lost = loop.round(1)
+    assert lost.pending > 0, lost.line()
+    after_replay = [p for p in lost.lost_acked if p.startswith("after the remount's replay: ")]
+    assert after_replay and after_replay == lost.lost_acked, lost.failures
+    assert any("logged no replay of the journal" in p for p in lost.other), lost.failures
+    assert lost.torn == [] and lost.invented == [], lost.failures
