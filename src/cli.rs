@@ -213,7 +213,8 @@ pub struct MountArgs {
     #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Caching")]
     pub prefetch_size: Option<u64>,
     /// Memory for the content of files being written, in bytes (suffixes K, M, G); beyond it
-    /// they spill to unlinked files in the temporary directory ($TMPDIR).
+    /// they spill to unlinked files in the temporary directory ($TMPDIR). With the journal,
+    /// also the most that may wait in it: beyond that a close first commits what is pending.
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size, help_heading = "Caching")]
     pub write_buffer_size: u64,
     /// Seconds for which metadata, shard indexes and (remote) listings are trusted before being
