@@ -52,6 +52,16 @@ class Tree:
         return np.load(self.outdir / entry["expected"])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def journal_home(tmp_path_factory):
+    """Daemons of this session keep their default write journals (remote mounts) under the
+    session's temporary directory, not the user's cache: a test that kills a daemon leaves
+    its journal behind."""
+    if "ZARRFS_TEST_KEEP_CACHE_HOME" not in os.environ:
+        os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache-home"))
+    yield
+
+
 # ---------------------------------------------------------------------------------------------
 # fixture hierarchies (built once per session)
 
