@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import seed_remote as SR  # scripts/ is on sys.path (conftest)
+from helpers import mount_stats
 from mounting import MountError, pid_alive, wait_until
 from remote import remote, remote_view  # noqa: F401
 from writing import build, payload, payload_spec
@@ -247,3 +248,22 @@ def test_xarray_appends_and_adds_a_variable_through_a_journaled_mount_at_latency
     got = xr.open_zarr(download_tree("s3", prefix, tmp_path / "got")).load()
     np.testing.assert_array_equal(got.t.values, np.concatenate([first, more]))
     np.testing.assert_array_equal(got.u.values, u)
+
+
+def test_a_full_journal_makes_a_close_commit_first(remote_view, seeded, tmp_path):  # noqa: F811
+    """--write-buffer-size bounds what waits in the journal: a close that finds it full commits
+    what is pending before it journals its own file, instead of failing."""
+    journal = tmp_path / "journal"
+    view = remote_view("s3", "--journal-dir", str(journal), "--write-buffer-size", "32", *LONG,
+                       prefix=seeded)
+    keys = ["c/0/0", "c/0/1", "c/1/0", "c/1/1", "c/2/2"]
+    peak = 0
+    for n, key in enumerate(keys):
+        write(view.path(f"{ARRAY}/{key}"), payload(1, n, 1))
+        peak = max(peak, mount_stats(view.path())["journal_pending_bytes"])
+    assert peak <= 32, f"{peak} bytes waited in a journal of 32"
+    # The first four were committed by the closes that found the journal full; the last waits.
+    assert stored(remote_view, seeded, keys) == {
+        k: (payload(1, n, 1) if n < 4 else None) for n, k in enumerate(keys)}
+    view.stop()
+    assert stored(remote_view, seeded, keys[4:]) == {keys[4]: payload(1, 4, 1)}
