@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::cli::{Cli, Command, LogFormat, MountSettings, SourceSpec};
-use crate::fs::journal::{Journal, Replay};
+use crate::fs::journal::Journal;
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::mount_table::absolute_mount_path;
 use crate::fuse::session::{self, MountConfig};
@@ -242,41 +242,6 @@ async fn check_and_warm_up(view: &View, store: &dyn Store, source: &SourceSpec) 
     Ok(())
 }
 
-/// Commit what the journal held from an earlier mount, before serving; say what was done.
-fn replay_journal(fs: &Fs, dir: &Path, replay: Replay, runtime: &tokio::runtime::Runtime) -> Result<()> {
-    let (records, torn, torn_bytes) = (replay.records, replay.torn_segments, replay.torn_bytes);
-    if records == 0 && torn == 0 {
-        return runtime
-            .block_on(fs.replay_journal(replay))
-            .map(drop)
-            .map_err(Into::into);
-    }
-    if torn > 0 {
-        tracing::warn!(
-            "journal {}: dropped a torn record at the end of {torn} segment(s) ({torn_bytes} bytes): a write interrupted by the crash, never acknowledged",
-            dir.display()
-        );
-    }
-    let done = runtime
-        .block_on(fs.replay_journal(replay))
-        .with_context(|| format!("cannot commit the writes left in the journal {}", dir.display()))?;
-    for path in &done.dropped {
-        tracing::warn!(
-            "journal {}: {path} is no chunk of an array any more: its journaled content is dropped",
-            dir.display()
-        );
-    }
-    tracing::info!(
-        files = done.files,
-        bytes = done.bytes,
-        already_stored = done.already_stored,
-        dropped = done.dropped.len(),
-        "journal {}: committed what an earlier mount left",
-        dir.display()
-    );
-    Ok(())
-}
-
 /// Open the source, check it answers, build the filesystem and mount it.
 fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<(Arc<Fs>, session::Mounted)> {
     let (backend, wire) = open_store(&settings.source, settings.writable, search_options(settings))?;
@@ -342,7 +307,9 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     };
     let fs = Arc::new(fs);
     if let Some((dir, replay)) = replay {
-        replay_journal(&fs, &dir, replay, runtime)?;
+        runtime
+            .block_on(fs.replay_and_report(replay))
+            .with_context(|| format!("cannot commit the writes left in the journal {}", dir.display()))?;
     }
     let cfg = MountConfig {
         read_only: !settings.writable,

@@ -102,6 +102,32 @@ impl Fs {
             .map_or(String::new(), |j| j.dir().display().to_string())
     }
 
+    /// [`Fs::replay_journal`], and say in the log what was dropped and committed.
+    pub async fn replay_and_report(&self, replay: Replay) -> FsResult<Replayed> {
+        let dir = self.journal_dir();
+        let (records, torn, torn_bytes) = (replay.records, replay.torn_segments, replay.torn_bytes);
+        if torn > 0 {
+            tracing::warn!(
+                "journal {dir}: dropped a torn record at the end of {torn} segment(s) ({torn_bytes} \
+                 bytes): a write the crash interrupted, whose close never returned"
+            );
+        }
+        let done = self.replay_journal(replay).await?;
+        for path in &done.dropped {
+            tracing::warn!("journal {dir}: {path} is no chunk of an array any more: its journaled content is dropped");
+        }
+        if records > 0 {
+            tracing::info!(
+                files = done.files,
+                bytes = done.bytes,
+                already_stored = done.already_stored,
+                dropped = done.dropped.len(),
+                "journal {dir}: committed what an earlier mount left"
+            );
+        }
+        Ok(done)
+    }
+
     /// Commit what an earlier mount left in the journal, before this one serves.
     pub async fn replay_journal(&self, replay: Replay) -> FsResult<Replayed> {
         let Some(journal) = self.journal.clone() else {
