@@ -296,29 +296,32 @@ impl Fs {
         let at = self.view.locate(&path).await?;
         // Writes and commits of the file held here wait until the stored version is gone too
         // (see `rename`): until then the name still shows it.
+        // Waiting as long as it takes: a write-back commit of the file holds it until its
+        // bytes are stored, and the removal must come after them, or they would bring it back.
         let held_file = self.inodes.file_at(&path).map(|(file, _)| file);
         let _held_back = match &held_file {
-            Some(file) => tokio::time::timeout(super::rename::REPLACED_WAIT, file.state.lock())
-                .await
-                .ok(),
+            Some(file) => Some(file.state.lock().await),
             None => None,
         };
         if _held_back.as_ref().is_some_and(|state| state.journaled.is_some()) {
             self.journal_removed(&path).await?;
         }
-        if let Some(held) = self.inodes.take_file(&path) {
+        if let Some((_, sink)) = self.inodes.file_at(&path) {
             // Staged, being written or pending: its bytes go nowhere now (open handles keep
-            // writing into a file that no longer has a place); a stored version is removed too.
-            if held.pending.is_some() {
-                self.undefer(&held.sink);
+            // writing into a file that no longer has a place). A stored version is removed
+            // first, the file still held: until it is gone, readers of the name see the held
+            // content, never the older stored one.
+            if !matches!(sink, Sink::Staged) {
+                if let Some(node) = self.view.node(&at).await? {
+                    self.view.remove(&node).await?;
+                }
             }
-            if matches!(held.sink, Sink::Staged) {
-                return Ok(());
+            if let Some(held) = self.inodes.take_file(&path) {
+                if held.pending.is_some() {
+                    self.undefer(&held.sink);
+                }
             }
-            let Some(node) = self.view.node(&at).await? else {
-                return Ok(());
-            };
-            return Ok(self.view.remove(&node).await?);
+            return Ok(());
         }
         let node = self.node(&at).await?;
         Ok(self.view.remove(&node).await?)

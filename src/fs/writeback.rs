@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::handles::Sink;
+use super::handles::{Sink, WriteFile, WriteState};
 use super::{Fs, FsError, FsResult};
 use crate::view::{Batch, Target};
 
@@ -49,18 +49,24 @@ impl WriteBack {
     }
 }
 
-/// A chunk file due for commit: where it goes, its bytes, and the generation they are of.
-struct Due {
+/// A chunk file due for commit: where it goes, its bytes and the generation they are of, with
+/// its content locked until the commit is done. Held so, a removal or rename of the file waits
+/// for the commit (an unlink that went ahead would be undone by the commit landing after it),
+/// and a writer rewriting it waits as it would for a commit at close.
+struct Due<'a> {
     path: String,
-    /// The file whose content this is: the name may hold another by the time it is committed
-    /// (a rename onto it), which this commit says nothing about.
-    file: Arc<super::handles::WriteFile>,
+    file: &'a Arc<WriteFile>,
     target: Target,
     data: Bytes,
     generation: u64,
     /// The journal record of `data`, done once it is committed.
     journaled: Option<u64>,
+    state: tokio::sync::MutexGuard<'a, WriteState>,
 }
+
+/// How often a pass that must commit everything (`fsync`, unmount) tries again for files
+/// whose content another operation held locked (1 ms apart).
+const BUSY_RETRIES: u32 = 5000;
 
 impl Fs {
     /// Whether closing a file of this sink defers its commit.
@@ -123,11 +129,10 @@ impl Fs {
 
     /// Pending chunk files that are due: all of them (`all`), else those waiting longer than
     /// the delay or belonging to a complete batch.
-    async fn due(&self, all: bool) -> Vec<Due> {
+    fn candidates(&self, all: bool) -> Vec<(String, Arc<WriteFile>, Target)> {
         let Some(wb) = &self.writeback else { return Vec::new() };
         let complete = wb.batches().clone();
-        let candidates: Vec<_> = self
-            .inodes
+        self.inodes
             .files()
             .into_iter()
             .filter_map(|(path, file, sink, pending)| {
@@ -138,28 +143,39 @@ impl Fs {
                     .is_some_and(|b| complete.get(&b).is_some_and(|n| *n >= b.capacity));
                 (all || full || since.elapsed() >= wb.delay).then_some((path, file, target))
             })
-            .collect();
+            .collect()
+    }
+
+    /// Lock the content of each candidate and take it if it is still pending; a content
+    /// another operation holds is left for a later pass (waiting for it here could deadlock
+    /// with a rename holding two files). Returns the files due and how many were busy.
+    fn lock_due<'a>(&self, candidates: &'a [(String, Arc<WriteFile>, Target)]) -> (Vec<Due<'a>>, usize) {
         let mut due = Vec::with_capacity(candidates.len());
+        let mut busy = 0;
         for (path, file, target) in candidates {
-            let state = file.state.lock().await;
+            let Ok(state) = file.state.try_lock() else {
+                busy += 1;
+                continue;
+            };
             // Still pending under the content's lock: a file opened for writing since the list
             // was made (`reopened`, before it changes the content) is left to its writer.
             let pending = self
                 .inodes
-                .with_file(&path, |w| w.pending.is_some() && Arc::ptr_eq(&w.file, &file));
+                .with_file(path, |w| w.pending.is_some() && Arc::ptr_eq(&w.file, file));
             if pending == Some(true) && state.dirty && state.loaded {
                 let Ok(data) = state.content() else { continue };
                 due.push(Due {
-                    path,
-                    file: file.clone(),
-                    target,
+                    path: path.clone(),
+                    file,
+                    target: target.clone(),
                     data,
                     generation: state.generation,
                     journaled: state.journaled,
+                    state,
                 });
             }
         }
-        due
+        (due, busy)
     }
 
     /// At unmount or exit: commit every file still holding changes (pending write-back, or open
@@ -199,17 +215,36 @@ impl Fs {
         let _changing = self.changing();
         let Some(wb) = &self.writeback else { return Ok(()) };
         let _pass = wb.pass.lock().await;
-        let due = self.due(all).await;
+        let mut first_error = None;
+        for _ in 0..BUSY_RETRIES {
+            let candidates = self.candidates(all);
+            let (due, busy) = self.lock_due(&candidates);
+            if let Err(e) = self.commit_due(due).await {
+                first_error.get_or_insert(e);
+            }
+            if !all || busy == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    async fn commit_due(&self, due: Vec<Due<'_>>) -> FsResult<()> {
         if due.is_empty() {
             return Ok(());
         }
         let files = due.iter().map(|d| (d.target.clone(), d.data.clone())).collect();
+        let outcomes = self.view.commit_together(files).await;
+        let mut due: Vec<Option<Due>> = due.into_iter().map(Some).collect();
         let mut first_error = None;
-        for (indexes, outcome) in self.view.commit_together(files).await {
+        for (indexes, outcome) in outcomes {
             match outcome {
                 Ok(()) => {
-                    for d in indexes.iter().filter_map(|&i| due.get(i)) {
-                        self.committed(d).await;
+                    for i in indexes {
+                        if let Some(d) = due.get_mut(i).and_then(Option::take) {
+                            self.committed(d).await;
+                        }
                     }
                 }
                 Err(e) => {
@@ -222,25 +257,25 @@ impl Fs {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// A pending file's bytes are in the store: it is clean unless written again meanwhile, and
-    /// is no longer held when no handle has it open.
-    async fn committed(&self, due: &Due) {
+    /// A pending file's bytes are in the store: it is clean (its content stayed locked since
+    /// they were taken), and is no longer held when no handle has it open.
+    async fn committed(&self, mut due: Due<'_>) {
         self.journal_done(due.journaled).await;
         let Some((file, sink)) = self.inodes.file_at(&due.path) else {
             return;
         };
-        if !Arc::ptr_eq(&file, &due.file) {
+        if !Arc::ptr_eq(&file, due.file) || due.state.generation != due.generation {
             return; // replaced since: the file there now waits for its own commit
         }
-        let mut state = file.state.lock().await;
-        if state.generation != due.generation {
-            return;
-        }
-        state.dirty = false;
-        state.journaled = None;
-        drop(state);
-        // Counted out of its batch once: a file opened for writing meanwhile was already.
-        let was_pending = self.inodes.with_file(&due.path, |w| w.pending.take().is_some()) == Some(true);
+        due.state.dirty = false;
+        due.state.journaled = None;
+        drop(due.state);
+        // Counted out of its batch once: a file opened for writing meanwhile was already. Only
+        // if the name still holds this file: one renamed onto it since waits for its own commit.
+        let was_pending = self
+            .inodes
+            .with_file(&due.path, |w| Arc::ptr_eq(&w.file, &file) && w.pending.take().is_some())
+            == Some(true);
         self.inodes.drop_committed(&due.path, &file);
         if was_pending {
             self.undefer(&sink);

@@ -56,14 +56,30 @@ class RandomFaults:
 
 
 def test_mixed_workload_on_two_mounts_through_faults(remote_view, remote, fault_proxy, tmp_path):
+    # Commit at close (not the journal, the default of remote mounts): the history is checked
+    # against a store that every close updates, which two mounts only see with that mode.
+    run_fault_workload(remote_view, remote, fault_proxy, tmp_path, "fault-workload",
+                       mode=("--no-journal",), mounts=2)
+
+
+def test_mixed_workload_on_one_journaled_mount_through_faults(remote_view, remote, fault_proxy, tmp_path):
+    # The journal (the default), committing every 50 ms: one mount must read its own writes
+    # and removals in order while commits land behind them. It found a removal undone by the
+    # commit of the file it removed landing after it, and readers shown the older stored
+    # version while a held file was being removed. (Renames are left out: a rename onto a held
+    # file still shows readers the stored version for a moment; see the journal issue's note.)
+    weights = {"write": 40, "rename": 0, "delete": 15, "read": 35, "list": 10}
+    run_fault_workload(remote_view, remote, fault_proxy, tmp_path, "fault-workload-journal",
+                       mode=("--write-back-delay", "0.05"), mounts=1, weights=weights)
+
+
+def run_fault_workload(remote_view, remote, fault_proxy, tmp_path, name, mode, mounts, weights=None):  # noqa: F811
     spec = payload_spec(ARRAY, shape=(16, 16), shard=(8, 8))
     local = tmp_path / "src"
     build(local, [spec])
-    prefix = remote.seed("s3", local, "fault-workload")
-    # Commit at close (not the journal, the default of remote mounts): the history is checked
-    # against a store that every close updates, which two mounts only see with that mode.
-    options = ("--endpoint-url", fault_proxy.url, "--metadata-ttl", str(TTL), "--no-journal")
-    views = [remote_view("s3", *options, prefix=prefix) for _ in range(2)]
+    prefix = remote.seed("s3", local, name)
+    options = ("--endpoint-url", fault_proxy.url, "--metadata-ttl", str(TTL), *mode)
+    views = [remote_view("s3", *options, prefix=prefix) for _ in range(mounts)]
     pids = [set(v.pids) for v in views]
     keys = [si.chunk_key((i, j), spec.cke) for i in range(4) for j in range(4)]
     roots = [v.path(ARRAY) for v in views]
@@ -71,7 +87,8 @@ def test_mixed_workload_on_two_mounts_through_faults(remote_view, remote, fault_
 
     faults = RandomFaults(PERCENT, SEED)
     fault_proxy.arm(faults)
-    run = run_workload(roots, keys, threads=4, seconds=SECONDS, seed=SEED, grace=REQUEST_BOUND)
+    run = run_workload(roots, keys, threads=4, seconds=SECONDS, seed=SEED, grace=REQUEST_BOUND,
+                       weights=weights)
     fault_proxy.disarm()
     assert run.hung == [], f"seed {SEED}: operations never returned: {run.hung}"
     time.sleep(TTL + 0.5)
@@ -86,7 +103,7 @@ def test_mixed_workload_on_two_mounts_through_faults(remote_view, remote, fault_
                    requests=requests, faults=dict(faults.injected),
                    longest_operation_s=round(run.longest, 3), counts=counts)
     print(f"fault workload: {figures}")
-    record("fault_workload", **figures)
+    record(name, **figures)
     assert sum(faults.injected.values()) >= requests * PERCENT / 100 / 3, "too few faults injected"
     assert run.longest < REQUEST_BOUND, f"an operation took {run.longest:.1f} s"
 
