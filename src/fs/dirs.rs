@@ -41,8 +41,9 @@ impl Fs {
         if !node.is_dir() {
             return Err(FsError::NotADirectory);
         }
+        let unstored = self.unstored_below(&path);
         let mut entries = self.view.list(&path).await?;
-        self.add_unstored(&path, &mut entries).await;
+        self.add_unstored(unstored, &mut entries).await;
         if !entries.is_empty() {
             return Err(FsError::NotEmpty);
         }

@@ -16,12 +16,13 @@ impl Fs {
     pub async fn opendir(&self, ino: u64) -> FsResult<u64> {
         let path = self.path_of(ino)?;
         let generation = self.generation();
+        let unstored = self.unstored_below(&path);
         let mut entries = self.view.list(&path).await?;
         // Only a directory has entries; an empty listing may also be a file, or nothing now.
-        if entries.is_empty() && !self.node(&self.view.locate(&path).await?).await?.is_dir() {
+        if entries.is_empty() && unstored.is_empty() && !self.node(&self.view.locate(&path).await?).await?.is_dir() {
             return Err(FsError::NotADirectory);
         }
-        self.add_unstored(&path, &mut entries).await;
+        self.add_unstored(unstored, &mut entries).await;
         Ok(self.dirs.insert(DirHandle::new(path, generation, entries)))
     }
 
@@ -35,11 +36,12 @@ impl Fs {
         if taken == generation {
             return (entries, offset);
         }
+        let unstored = self.unstored_below(&handle.path);
         let mut fresh = match self.view.list(&handle.path).await {
             Ok(fresh) => fresh,
             Err(_) => return (entries, offset),
         };
-        self.add_unstored(&handle.path, &mut fresh).await;
+        self.add_unstored(unstored, &mut fresh).await;
         let fresh = Arc::new(fresh);
         // Offsets 0..=2 are the start, after `.`, after `..`; entry i was returned with i + 3.
         let next = match offset.checked_sub(3).map(|i| entries.get(i)) {
@@ -51,10 +53,11 @@ impl Fs {
         (fresh, next)
     }
 
-    /// Add to a listing what the store does not show yet: files the mount holds (being
+    /// What the store may not show yet in directory `dir`: files the mount holds (being
     /// written, staged, or pending write-back) and directories made by mkdir, with the
-    /// directories that lead to them.
-    pub(super) async fn add_unstored(&self, dir: &str, entries: &mut Vec<(String, Node)>) {
+    /// directories that lead to them. Taken before the store is listed: a pending file
+    /// committed (and let go) while the listing is under way is then in one or the other.
+    pub(super) fn unstored_below(&self, dir: &str) -> Vec<(String, Option<std::sync::Arc<WriteFile>>)> {
         let prefix = if dir.is_empty() {
             String::new()
         } else {
@@ -74,6 +77,15 @@ impl Fs {
                 None => extra.push((rest.to_string(), held.map(|(file, _)| file))),
             }
         }
+        extra
+    }
+
+    /// Add [`Fs::unstored_below`]'s entries to a listing of the store.
+    pub(super) async fn add_unstored(
+        &self,
+        extra: Vec<(String, Option<std::sync::Arc<WriteFile>>)>,
+        entries: &mut Vec<(String, Node)>,
+    ) {
         for (name, file) in extra {
             let listed = entries.iter().position(|(n, _)| *n == name);
             if name.is_empty() || (listed.is_some() && file.is_none()) {
