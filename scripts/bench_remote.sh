@@ -42,6 +42,7 @@
 #                      the same binary, with its own servers and work directory; its LATENCIES,
 #                      SIZES, ROWS, CLIENT_CAP apply)
 #        LATENCY_RUNS  RUNS of bench_latency.sh (default 1)
+#        SKIP_WRITE_LATENCY  1: skip scripts/bench_write_latency.sh (S3 writes at round trips), run last
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -517,4 +518,13 @@ if [ "${SKIP_LATENCY:-0}" != 1 ]; then
     [ -x "$proxy" ] || proxy="$REPO/target/release/zarrfs-delay-proxy"
     ZARRFS_BIN="$BIN" ZARRFS_PROXY_BIN="$proxy" BENCH_DIR= RUNS="${LATENCY_RUNS:-1}" \
         bash "$REPO/scripts/bench_latency.sh"
+fi
+
+# -- writing into an S3 mount at cloud round trips (scripts/bench_write_latency.sh), same binary
+if [ "${SKIP_WRITE_LATENCY:-0}" != 1 ]; then
+    say "write latency benchmark: scripts/bench_write_latency.sh (SKIP_WRITE_LATENCY=1 skips it)"
+    proxy="${ZARRFS_PROXY_BIN:-$(dirname "$BIN_SHOWN")/zarrfs-delay-proxy}"
+    [ -x "$proxy" ] || proxy="$REPO/target/release/zarrfs-delay-proxy"
+    ZARRFS_BIN="$BIN" ZARRFS_PROXY_BIN="$proxy" BENCH_DIR= RUNS="${LATENCY_RUNS:-1}" ROWS= \
+        bash "$REPO/scripts/bench_write_latency.sh"
 fi
