@@ -1,12 +1,15 @@
 //! Opt-in write-back (`--write-back-delay SECONDS`): chunk files are not committed when they
 //! are closed. Their bytes stay in the overlay (so reads, lookups and listings see them) and
 //! are committed shard by shard, each shard in one rewrite:
-//! - when the oldest pending chunk of a shard has waited the delay,
+//! - when a pending chunk has waited the delay and no chunk of its shard was closed for the
+//!   delay either (a shard being written is committed once its writer moves on), or after
+//!   8 delays however busy the shard,
 //! - at once when every inner chunk of a shard is pending (a copy has written the whole shard),
 //! - on `fsync` of any file, and when the filesystem is unmounted or the daemon is told to stop.
 //!
-//! What it trades away: `close()` no longer means durable. A crash loses up to the delay of
-//! closed writes, and a commit that fails (a conflict beyond the retries, a corrupt shard) can
+//! What it trades away, without the journal (`journaling.rs`, the default of remote sources,
+//! which makes each close durable on local disk first): `close()` no longer means durable. A
+//! crash loses up to the delay of closed writes, and a commit that fails (a conflict beyond the retries, a corrupt shard) can
 //! only be logged, or reported to the next `fsync`. What it buys: a copy into the view rewrites
 //! each shard once instead of once per chunk.
 
@@ -27,8 +30,9 @@ pub struct WriteBack {
     pub delay: Duration,
     /// Wakes the flusher early (a shard became complete, or a flush was asked for).
     wake: Notify,
-    /// Pending chunk files per commit batch (their shard), to notice complete ones.
-    per_batch: std::sync::Mutex<HashMap<Batch, u64>>,
+    /// Pending chunk files per commit batch (their shard), to notice complete ones, and when
+    /// the last of them was closed, to notice quiet ones.
+    per_batch: std::sync::Mutex<HashMap<Batch, (u64, Instant)>>,
     /// One write-back pass at a time: two passes (the flusher and an fsync) would otherwise
     /// take the same pending files and commit them twice.
     pass: tokio::sync::Mutex<()>,
@@ -44,7 +48,7 @@ impl WriteBack {
         }
     }
 
-    fn batches(&self) -> std::sync::MutexGuard<'_, HashMap<Batch, u64>> {
+    fn batches(&self) -> std::sync::MutexGuard<'_, HashMap<Batch, (u64, Instant)>> {
         self.per_batch.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -63,6 +67,9 @@ struct Due<'a> {
     journaled: Option<u64>,
     state: tokio::sync::MutexGuard<'a, WriteState>,
 }
+
+/// A pending file waits at most this many delays, however busy its shard.
+const MAX_HOLD: u32 = 8;
 
 /// How often a pass that must commit everything (`fsync`, unmount) tries again for files
 /// whose content another operation held locked (1 ms apart).
@@ -89,8 +96,9 @@ impl Fs {
         let Some(batch) = batch.flatten() else { return };
         let mut batches = wb.batches();
         let capacity = batch.capacity;
-        let count = batches.entry(batch).or_insert(0);
+        let (count, last) = batches.entry(batch).or_insert((0, Instant::now()));
         *count += 1;
+        *last = Instant::now();
         if *count >= capacity {
             wb.wake.notify_one();
         }
@@ -119,7 +127,7 @@ impl Fs {
         };
         let Some(batch) = target.batch() else { return };
         let mut batches = wb.batches();
-        if let Some(count) = batches.get_mut(&batch) {
+        if let Some((count, _)) = batches.get_mut(&batch) {
             *count = count.saturating_sub(1);
             if *count == 0 {
                 batches.remove(&batch);
@@ -127,21 +135,30 @@ impl Fs {
         }
     }
 
-    /// Pending chunk files that are due: all of them (`all`), else those waiting longer than
-    /// the delay or belonging to a complete batch.
+    /// Pending chunk files that are due: all of them (`all`), else those of a complete batch,
+    /// or waiting longer than the delay in a batch (shard) that has been quiet for the delay
+    /// too: a shard being written is committed once, when its writer has moved on, not once
+    /// a delay (a copy of small chunks closes a shard's files over many seconds). A shard
+    /// that never goes quiet is committed after [`MAX_HOLD`] delays all the same.
     fn candidates(&self, all: bool) -> Vec<(String, Arc<WriteFile>, Target)> {
         let Some(wb) = &self.writeback else { return Vec::new() };
-        let complete = wb.batches().clone();
+        let batches = wb.batches().clone();
         self.inodes
             .files()
             .into_iter()
             .filter_map(|(path, file, sink, pending)| {
-                let since = pending?;
+                let waited = pending?.elapsed();
                 let Sink::Commit(target) = sink else { return None };
-                let full = target
-                    .batch()
-                    .is_some_and(|b| complete.get(&b).is_some_and(|n| *n >= b.capacity));
-                (all || full || since.elapsed() >= wb.delay).then_some((path, file, target))
+                let batch = target.batch().and_then(|b| batches.get(&b).map(|s| (b.capacity, *s)));
+                let due = match batch {
+                    _ if all => true,
+                    Some((capacity, (count, _))) if count >= capacity => true,
+                    Some((_, (_, last))) => {
+                        (waited >= wb.delay && last.elapsed() >= wb.delay) || waited >= wb.delay * MAX_HOLD
+                    }
+                    None => waited >= wb.delay,
+                };
+                due.then_some((path, file, target))
             })
             .collect()
     }
