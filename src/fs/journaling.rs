@@ -171,8 +171,13 @@ impl Fs {
     }
 }
 
-/// Run journal I/O on the blocking pool.
+/// Run journal I/O where blocking holds up no task: right here on a FUSE thread that polls
+/// its own request (a close usually is answered so: no hand-off to another thread), else on
+/// the blocking pool.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Send + 'static) -> FsResult<T> {
+    if crate::threads::beside_runtime() {
+        return f().map_err(|e| FsError::Journal(Arc::new(e)));
+    }
     match tokio::task::spawn_blocking(f).await {
         Ok(result) => result.map_err(|e| FsError::Journal(Arc::new(e))),
         Err(e) => Err(FsError::Journal(Arc::new(std::io::Error::other(e)))),
