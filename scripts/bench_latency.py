@@ -351,7 +351,48 @@ def find_daemon(url: str, mnt: Path) -> int | None:
 # the benchmark
 
 
-class Bench:
+class Processes:
+    """What both latency benches do with processes: the pids they own (ended by the shell
+    wrapper's trap), page caches dropped, commands that must succeed, mounts waited for.
+    Needs `self.work`, `self.mnt` and `self.can_drop`."""
+
+    def own(self, pid: int) -> None:
+        with open(self.work / "pids", "a") as f:
+            f.write(f"{pid}\n")
+
+    def drop_caches(self) -> None:
+        os.sync()
+        if self.can_drop:
+            try:
+                Path("/proc/sys/vm/drop_caches").write_text("3\n")
+            except OSError:
+                self.can_drop = False
+
+    def sh(self, cmd: list, env: dict | None = None, timeout: float = TIMEOUT, **kw) -> subprocess.CompletedProcess:
+        r = subprocess.run(cmd, env=env, capture_output=True, timeout=timeout, **kw)
+        if r.returncode != 0:
+            err = r.stderr.decode(errors="replace").strip().splitlines()[-3:]
+            raise BenchError(f"{shlex.join(map(str, cmd[:4]))}... exit {r.returncode}: {' | '.join(err)}")
+        return r
+
+    def mount_daemon(self, cmd: list, env: dict, url: str) -> tuple:
+        """Run the mount command CMD of URL at self.mnt and wait until it is live: (the
+        daemon's pid or None, seconds)."""
+        t0 = now()
+        self.sh(cmd, env=env, timeout=120)
+        deadline = now() + 15
+        while not os.path.ismount(self.mnt):
+            if now() > deadline:
+                raise BenchError(f"zarrfs mount {url}: {self.mnt} not mounted after 15 s")
+            time.sleep(0.02)
+        secs = now() - t0
+        pid = find_daemon(url, self.mnt)
+        if pid:
+            self.own(pid)
+        return pid, secs
+
+
+class Bench(Processes):
     def __init__(self, work: Path, bin_path: str, proxy_path: str):
         self.work = work
         self.bin_dir = work / "bin"
@@ -395,44 +436,13 @@ class Bench:
         self.s3_env = {}
         self.failures = 0
 
-    # -- processes
-
-    def own(self, pid: int) -> None:
-        with open(self.work / "pids", "a") as f:
-            f.write(f"{pid}\n")
-
-    def drop_caches(self) -> None:
-        os.sync()
-        if self.can_drop:
-            try:
-                Path("/proc/sys/vm/drop_caches").write_text("3\n")
-            except OSError:
-                self.can_drop = False
-
-    def sh(self, cmd: list, env: dict | None = None, timeout: float = TIMEOUT, **kw) -> subprocess.CompletedProcess:
-        r = subprocess.run(cmd, env=env, capture_output=True, timeout=timeout, **kw)
-        if r.returncode != 0:
-            err = r.stderr.decode(errors="replace").strip().splitlines()[-3:]
-            raise BenchError(f"{shlex.join(map(str, cmd[:4]))}... exit {r.returncode}: {' | '.join(err)}")
-        return r
-
     def mount(self, url: str, env: dict | None = None, args: tuple = ()) -> Mount:
         if os.path.ismount(self.mnt):
             raise BenchError(f"{self.mnt} is still mounted")
         cmd = [self.bin, "mount", url, str(self.mnt), "--read-only",
                "--log-file", str(self.work / "zarrfs.log"), *args]
         full_env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "zarrfs=warn"), **(env or {}))
-        t0 = now()
-        self.sh(cmd, env=full_env, timeout=120)
-        deadline = now() + 15
-        while not os.path.ismount(self.mnt):
-            if now() > deadline:
-                raise BenchError(f"zarrfs mount {url}: {self.mnt} not mounted after 15 s")
-            time.sleep(0.02)
-        secs = now() - t0
-        pid = find_daemon(url, self.mnt)
-        if pid:
-            self.own(pid)
+        pid, secs = self.mount_daemon(cmd, full_env, url)
         m = Mount(self.mnt, pid, secs)
         self.mounts.append(m)
         return m

@@ -45,7 +45,7 @@ SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
 sys.path.insert(0, str(SCRIPTS))
 from bench_latency import (  # noqa: E402
-    ARRAYS, LABEL, RCLONE_FLAGS, SHAPE, SHARD, VAR, BenchError, Proxy, alive, expected, find_daemon, now, say,
+    ARRAYS, LABEL, RCLONE_FLAGS, SHAPE, SHARD, VAR, BenchError, Processes, Proxy, alive, expected, find_daemon, now, say,
 )
 from mount_stats import mount_stats  # noqa: E402
 
@@ -239,7 +239,7 @@ class Mount:
         self.mnt, self.url, self.pid, self.seconds, self.log, self.journal = mnt, url, pid, seconds, log, journal
 
 
-class WBench:
+class WBench(Processes):
     def __init__(self, work: Path, bin_path: str, proxy_path: str):
         self.work = work
         bin_dir = work / "bin"
@@ -294,26 +294,7 @@ class WBench:
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         self.child = None  # the cp or rclone running now (its own process group)
 
-    # -- processes
-
-    def own(self, pid: int) -> None:
-        with open(self.work / "pids", "a") as f:
-            f.write(f"{pid}\n")
-
-    def drop_caches(self) -> None:
-        os.sync()
-        if self.can_drop:
-            try:
-                Path("/proc/sys/vm/drop_caches").write_text("3\n")
-            except OSError:
-                self.can_drop = False
-
-    def sh(self, cmd: list, env: dict | None = None, timeout: float = TIMEOUT, **kw) -> subprocess.CompletedProcess:
-        r = subprocess.run(cmd, env=env, capture_output=True, timeout=timeout, **kw)
-        if r.returncode != 0:
-            err = r.stderr.decode(errors="replace").strip().splitlines()[-3:]
-            raise BenchError(f"{shlex.join(map(str, cmd[:4]))}... exit {r.returncode}: {' | '.join(err)}")
-        return r
+    # -- processes (own, drop_caches, sh, mount_daemon: bench_latency.Processes)
 
     def run_capped(self, cmd: list, cap: float, env: dict | None = None) -> tuple[bool, float]:
         """Run CMD (its own process group) for at most CAP seconds: (finished, seconds)."""
@@ -349,17 +330,7 @@ class WBench:
         cmd = [self.bin, "mount", url, str(self.mnt), "--endpoint-url", endpoint, "--log-file", str(log), *args]
         env = {**os.environ, **self.s3_env, "AWS_ENDPOINT_URL": endpoint, "XDG_CACHE_HOME": str(self.xdg),
                "RUST_LOG": os.environ.get("RUST_LOG", "zarrfs=info")}
-        t0 = now()
-        self.sh(cmd, env=env, timeout=120)
-        deadline = now() + 15
-        while not os.path.ismount(self.mnt):
-            if now() > deadline:
-                raise BenchError(f"zarrfs mount {url}: {self.mnt} not mounted after 15 s")
-            time.sleep(0.02)
-        secs = now() - t0
-        pid = find_daemon(url, self.mnt)
-        if pid:
-            self.own(pid)
+        pid, secs = self.mount_daemon(cmd, env, url)
         m = Mount(self.mnt, url, pid, secs, log, self.xdg / "zarrfs" / "journal")
         self.mounts.append(m)
         return m

@@ -15,6 +15,7 @@ pub mod fuse;
 pub mod fuzzing;
 pub mod inspect;
 pub mod mount_options;
+pub mod mount_settings;
 pub mod mount_stats;
 pub mod mountpoint;
 pub mod shard;
