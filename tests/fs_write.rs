@@ -246,6 +246,53 @@ async fn handles_of_one_path_share_their_content_until_closed() {
     s.check().await;
 }
 
+/// Two opens of one name, each finding nothing held and both looking the file up in the store
+/// at once (a round trip each): the one that holds it second must get the first one's file.
+/// It got its own, which no name led to: its writes went nowhere and its close committed
+/// nothing, reporting success (the model test saw a write lost this way, and the file a reader's
+/// open put there kept showing the older content to every later reader).
+#[tokio::test]
+async fn opens_racing_on_one_name_share_one_file() {
+    let spec = small_spec(IndexLocation::End, LE_CRC, false);
+    let mut s = Setup::new(&spec, "", spec.full_chunks(1, 4, 9));
+    let slow = Arc::new(zarrfs::store::latency::LatencyStore::new(
+        s.mem.clone(),
+        Duration::from_millis(20),
+    ));
+    // Nothing trusted from a cache: every open looks the chunk up in the store.
+    let options = ViewOptions {
+        metadata_ttl: Duration::ZERO,
+        ..ViewOptions::default()
+    };
+    let mut config = FsConfig::read_only(FS_UID, FS_GID, Duration::ZERO);
+    config.writable = true;
+    let fs = Fs::new(View::new(slow, &options), config);
+    let c = vec![1, 2];
+    let len = s.chunks[&c].len();
+    let attr = fs_resolve(&fs, &s.path(&c)).await.unwrap();
+    for round in 0..4u8 {
+        let (a, b) = tokio::join!(fs.open(attr.ino, true, true), fs.open(attr.ino, true, true));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let (first, last) = if round % 2 == 0 { (a, b) } else { (b, a) };
+        fs.write(first, 0, &vec![b'F' + round; len]).await.unwrap();
+        fs.write(last, 0, &vec![b'a' + round; len]).await.unwrap();
+        assert_eq!(fs.read(first, 0, 100).await.unwrap().to_vec(), vec![b'a' + round; len]);
+        fs.flush(first).await.unwrap();
+        fs.flush(last).await.unwrap();
+        fs.release(a).await;
+        fs.release(b).await;
+        let reader = fs.open(attr.ino, false, false).await.unwrap();
+        assert_eq!(
+            fs.read(reader, 0, 100).await.unwrap().to_vec(),
+            vec![b'a' + round; len],
+            "round {round}"
+        );
+        fs.release(reader).await;
+    }
+    s.chunks.insert(c, vec![b'a' + 3; len]);
+    s.check_fresh().await;
+}
+
 #[tokio::test]
 async fn empty_files_o_trunc_and_exclusive_create() {
     let spec = small_spec(IndexLocation::Start, BE_CRC, true).encoding(DEF_DOT);

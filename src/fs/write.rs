@@ -43,9 +43,14 @@ impl Fs {
             Some((file, _)) => file,
             None => Arc::new(WriteFile::new_empty(self.budget.clone())),
         };
+        // The file held at the name once this handle holds it: another open may have put its
+        // own there since it was looked for above.
+        let (held_ino, file) = self.inodes.open_file(&path, file, sink);
         self.reopened(&path);
-        file.state.lock().await.truncate()?;
-        self.inodes.open_file(&path, file.clone(), sink);
+        if let Err(e) = file.state.lock().await.truncate() {
+            self.inodes.close_file(held_ino, &file);
+            return Err(e.into());
+        }
         // The reply hands the kernel the inode: one lookup.
         let ino = self.inodes.lookup(&path);
         let fh = self.files.insert(FileHandle::writer(ino, file, true));
@@ -88,12 +93,14 @@ impl Fs {
                 (Arc::new(file), self.sink_for(at).await?)
             }
         };
-        let ino = match ino {
-            Some(ino) => match self.inodes.open_file_of(ino, at.path(), file.clone(), sink) {
-                Some(ino) => ino,
+        // The handle is of the file held at the name once it holds it, which another open
+        // may have put there since `file_at` above.
+        let (ino, file) = match ino {
+            Some(ino) => match self.inodes.open_file_of(ino, at.path(), file, sink) {
+                Some(held) => held,
                 None => return self.open_replaced(ino, truncate),
             },
-            None => self.inodes.open_file(at.path(), file.clone(), sink),
+            None => self.inodes.open_file(at.path(), file, sink),
         };
         if can_write {
             self.reopened(at.path());

@@ -11,19 +11,26 @@ use std::time::Instant;
 use super::{InodeTable, Tables};
 
 impl Tables {
-    /// One more handle of the file held at `path` (this `file` going to `sink` if none is).
-    fn hold(&mut self, path: &str, file: Arc<WriteFile>, sink: Sink) -> u64 {
+    /// One more handle of the file held at `path` (this `file` going to `sink` if none is):
+    /// its inode and the file now held there, which the handle must use. That may be another
+    /// than `file`: between a caller's look at the table and this, another open may have put
+    /// its own file there (a handle of a file not held would write where nobody reads, and its
+    /// close would commit nothing).
+    fn hold(&mut self, path: &str, file: Arc<WriteFile>, sink: Sink) -> (u64, Arc<WriteFile>) {
         let ino = self.at(path);
         if let Some(inode) = self.by_ino.get_mut(&ino) {
             inode.unlinked = false;
         }
         if self.written(path).is_none() {
-            self.set_local(ino, Some(Local::File(Box::new(Written::new(file, sink)))));
+            self.set_local(ino, Some(Local::File(Box::new(Written::new(file.clone(), sink)))));
         }
-        if let Some(w) = self.written(path) {
-            w.handles += 1;
+        match self.written(path) {
+            Some(w) => {
+                w.handles += 1;
+                (ino, w.file.clone())
+            }
+            None => (ino, file),
         }
-        ino
     }
 }
 use crate::fs::handles::{Sink, WriteFile};
@@ -93,14 +100,20 @@ impl InodeTable {
     }
 
     /// One more handle of `path` on its file (this `file` going to `sink` if it has none yet);
-    /// returns the inode.
-    pub fn open_file(&self, path: &str, file: Arc<WriteFile>, sink: Sink) -> u64 {
+    /// returns the inode and the file the handle is of (see `hold`).
+    pub fn open_file(&self, path: &str, file: Arc<WriteFile>, sink: Sink) -> (u64, Arc<WriteFile>) {
         self.lock().hold(path, file, sink)
     }
 
     /// [`open_file`](Self::open_file) for the kernel's inode `ino`: `None`, and nothing held,
     /// if `path` is another inode's now (a rename replaced `ino` while the open was under way).
-    pub fn open_file_of(&self, ino: u64, path: &str, file: Arc<WriteFile>, sink: Sink) -> Option<u64> {
+    pub fn open_file_of(
+        &self,
+        ino: u64,
+        path: &str,
+        file: Arc<WriteFile>,
+        sink: Sink,
+    ) -> Option<(u64, Arc<WriteFile>)> {
         let mut t = self.lock();
         if t.by_path.get(path).is_some_and(|owner| *owner != ino) {
             return None;

@@ -284,7 +284,8 @@ mod tests {
     fn a_file_held_keeps_its_inode_and_moves_with_it() {
         let t = InodeTable::new();
         let f = file();
-        let ino = t.open_file("d/x", f.clone(), Sink::Staged);
+        let (ino, held) = t.open_file("d/x", f.clone(), Sink::Staged);
+        assert!(Arc::ptr_eq(&held, &f));
         t.forget(ino, 5);
         assert_eq!(t.path(ino).as_deref(), Some("d/x"), "kept while the mount holds it");
         assert!(t.is_local_dir("d") && !t.is_local_dir("d/x") && !t.is_local_dir("e"));
@@ -318,5 +319,23 @@ mod tests {
         assert_eq!(t.local_below("").len(), 3);
         t.unmake_dir("a/c/0");
         assert!(!t.is_local_dir("a/c/0") && t.is_local_dir("a/c"));
+    }
+
+    #[test]
+    fn an_open_joins_the_file_held_at_its_name_even_if_put_there_after_it_looked() {
+        // Two opens of one name that each found nothing held: the second to hold gets the
+        // first one's file, so both handles write (and commit) the one content readers see.
+        let t = InodeTable::new();
+        let (a, b) = (file(), file());
+        let sink = || Sink::Staged;
+        let (ino_a, held_a) = t.open_file("c/0", a.clone(), sink());
+        let (ino_b, held_b) = t.open_file_of(ino_a, "c/0", b.clone(), sink()).unwrap();
+        assert_eq!(ino_a, ino_b);
+        assert!(
+            Arc::ptr_eq(&held_a, &a) && Arc::ptr_eq(&held_b, &a),
+            "the later open got its own file"
+        );
+        assert_eq!(t.place_of(ino_b, &held_b).map(|p| p.0).as_deref(), Some("c/0"));
+        assert!(t.place_of(ino_b, &b).is_none());
     }
 }
