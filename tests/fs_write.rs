@@ -246,6 +246,22 @@ async fn handles_of_one_path_share_their_content_until_closed() {
     s.check().await;
 }
 
+/// A writable `Fs` whose store answers reads after 20 ms and which trusts nothing cached: every
+/// open looks its file up in the store, so concurrent operations interleave there.
+fn slow_fs(store: Arc<MemoryStore>) -> Fs {
+    let slow = Arc::new(zarrfs::store::latency::LatencyStore::new(
+        store,
+        Duration::from_millis(20),
+    ));
+    let options = ViewOptions {
+        metadata_ttl: Duration::ZERO,
+        ..ViewOptions::default()
+    };
+    let mut config = FsConfig::read_only(FS_UID, FS_GID, Duration::ZERO);
+    config.writable = true;
+    Fs::new(View::new(slow, &options), config)
+}
+
 /// Two opens of one name, each finding nothing held and both looking the file up in the store
 /// at once (a round trip each): the one that holds it second must get the first one's file.
 /// It got its own, which no name led to: its writes went nowhere and its close committed
@@ -255,18 +271,7 @@ async fn handles_of_one_path_share_their_content_until_closed() {
 async fn opens_racing_on_one_name_share_one_file() {
     let spec = small_spec(IndexLocation::End, LE_CRC, false);
     let mut s = Setup::new(&spec, "", spec.full_chunks(1, 4, 9));
-    let slow = Arc::new(zarrfs::store::latency::LatencyStore::new(
-        s.mem.clone(),
-        Duration::from_millis(20),
-    ));
-    // Nothing trusted from a cache: every open looks the chunk up in the store.
-    let options = ViewOptions {
-        metadata_ttl: Duration::ZERO,
-        ..ViewOptions::default()
-    };
-    let mut config = FsConfig::read_only(FS_UID, FS_GID, Duration::ZERO);
-    config.writable = true;
-    let fs = Fs::new(View::new(slow, &options), config);
+    let fs = slow_fs(s.mem.clone());
     let c = vec![1, 2];
     let len = s.chunks[&c].len();
     let attr = fs_resolve(&fs, &s.path(&c)).await.unwrap();

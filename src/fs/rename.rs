@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::handles::{Sink, WriteFile};
-use super::inodes::Written;
+use super::inodes::{Local, Written};
 use super::{child_path, validate_name, Fs, FsError, FsResult};
 use crate::view::Located;
 
@@ -56,11 +56,12 @@ impl Fs {
         if held.is_none() && self.view.node(&from_at).await?.is_none() {
             return Err(FsError::NotFound);
         }
-        // The file held at `to`, if any, is replaced: like an unlink, its open handles keep a
-        // file that no longer has a place. Its writes and commits wait until the rename is
-        // done (then find it gone), so none lands while the name still shows what the store
-        // had: the replacement is atomic to them. The wait is bounded, so two renames
-        // crossing each other cannot deadlock.
+        // A held file the view cannot move there fails before anything changes.
+        if let Some((_, Sink::Commit(a))) = &held {
+            if !matches!(&sink, Sink::Commit(b) if a.may_move_to(b)) {
+                return Err(FsError::CrossDevice);
+            }
+        }
         // A staged file going where write-back defers it is made durable in the journal (when
         // there is one) before anything changes: the file it replaces keeps its name until the
         // move, so no reader sees the name between the two.
@@ -73,6 +74,13 @@ impl Fs {
             }
             _ => false,
         };
+        // The file held at `to`, if any, is replaced: like an unlink, its open handles keep a
+        // file that no longer has a place. Its writes and commits wait until the rename is
+        // done (then find it gone), so none lands while the name still shows what the store
+        // had: the replacement is atomic to them. The wait is bounded, so two renames
+        // crossing each other cannot deadlock. It keeps its name until the move replaces it
+        // in one step (`InodeTable::move_file`): readers of `to` see it until then, never the
+        // stored version it hides.
         let replaced = self.inodes.file_at(&to).map(|(file, _)| file);
         let _held_back = match &replaced {
             Some(file) => tokio::time::timeout(REPLACED_WAIT, file.state.lock()).await.ok(),
@@ -80,11 +88,6 @@ impl Fs {
         };
         if !journaled_early && _held_back.as_ref().is_some_and(|state| state.journaled.is_some()) {
             self.journal_removed(&to).await?;
-        }
-        if let Some(replaced) = self.inodes.take_file(&to) {
-            if replaced.pending.is_some() {
-                self.undefer(&replaced.sink);
-            }
         }
         match held {
             Some((file, Sink::Staged)) => self.move_staged(&from, &to, file, sink).await,
@@ -98,7 +101,8 @@ impl Fs {
         let deferred = self.defers(&sink);
         if matches!(sink, Sink::Staged) || deferred {
             // (A deferred one is in the journal already, see `rename`.)
-            self.inodes.move_file(from, to, sink.clone());
+            let replaced = self.inodes.move_file(from, to, sink.clone());
+            self.let_go(replaced);
             if deferred {
                 self.defer(to);
             }
@@ -110,8 +114,19 @@ impl Fs {
         let data = self.load(&file).await?.content()?;
         self.view.commit(&target, data).await?;
         self.inodes.take_file(from);
-        self.inodes.rename(from, to);
+        let replaced = self.inodes.rename(from, to);
+        self.let_go(replaced);
         Ok(())
+    }
+
+    /// What a rename replaced at its destination is let go: a file pending write-back there
+    /// no longer counts toward its batch.
+    fn let_go(&self, replaced: Option<Local>) {
+        if let Some(Local::File(w)) = replaced {
+            if w.pending.is_some() {
+                self.undefer(&w.sink);
+            }
+        }
     }
 
     /// Move a file that is being written, or pending write-back: its content goes to `to`,
@@ -124,17 +139,12 @@ impl Fs {
         from_sink: Sink,
         sink: Sink,
     ) -> FsResult<()> {
-        let allowed = match (&from_sink, &sink) {
-            (Sink::Commit(a), Sink::Commit(b)) => a.may_move_to(b),
-            _ => false,
-        };
-        if !allowed {
-            return Err(FsError::CrossDevice);
-        }
+        // (`rename` checked that the view can move it.)
         // Incomplete content never replaces anything (and the old name keeps its stored copy).
         file.state.lock().await.check_whole()?;
         let from = from_at.path();
-        self.inodes.move_file(from, to, sink.clone());
+        let replaced = self.inodes.move_file(from, to, sink.clone());
+        self.let_go(replaced);
         // The content must be whole before the old name's stored version goes.
         let loaded = self.load(&file).await.map(|mut state| state.touch());
         if let Err(e) = loaded {
@@ -181,13 +191,15 @@ impl Fs {
                 let file = Arc::new(WriteFile::new_empty(self.budget.clone()));
                 file.state.lock().await.data.replace(&data)?;
                 self.view.remove(&node).await?;
-                self.inodes.rename(from_at.path(), to_at.path());
+                let replaced = self.inodes.rename(from_at.path(), to_at.path());
+                self.let_go(replaced);
                 self.inodes.put_file(to_at.path(), Written::new(file, Sink::Staged));
                 return Ok(());
             }
             Sink::Staged => return Err(FsError::CrossDevice),
         }
-        self.inodes.rename(from_at.path(), to_at.path());
+        let replaced = self.inodes.rename(from_at.path(), to_at.path());
+        self.let_go(replaced);
         Ok(())
     }
 }

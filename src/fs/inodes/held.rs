@@ -154,17 +154,19 @@ impl InodeTable {
         t.set_local(ino, Some(Local::File(Box::new(written))));
     }
 
-    /// Change the file held at `path` in place; `None` if there is none.
     /// Move the file held at `from` to `to`, going to `sink` from now on: one step, so no
-    /// flush sees the new name with the old sink.
-    pub fn move_file(&self, from: &str, to: &str, sink: Sink) {
+    /// flush sees the new name with the old sink, and no reader of `to` finds it between the
+    /// file it replaces and this one. Returns what the mount held at `to` before.
+    pub fn move_file(&self, from: &str, to: &str, sink: Sink) -> Option<Local> {
         let mut t = self.lock();
-        t.rename(from, to);
+        let replaced = t.rename(from, to);
         if let Some(w) = t.written(to) {
             w.sink = sink;
         }
+        replaced
     }
 
+    /// Change the file held at `path` in place; `None` if there is none.
     pub fn with_file<T>(&self, path: &str, f: impl FnOnce(&mut Written) -> T) -> Option<T> {
         self.lock().written(path).map(f)
     }
