@@ -86,12 +86,14 @@ impl Fs {
         blocking(move || journal.append(entries)).await.map(drop)
     }
 
-    /// A journaled content is in the store.
-    pub(super) async fn journal_done(&self, seq: Option<u64>) {
-        let (Some(journal), Some(seq)) = (self.journal.clone(), seq) else {
+    /// Journaled contents are in the store: their records are done, all in one step (a commit
+    /// pass of thousands of files costs one hand-off to a blocking thread, not one each).
+    pub(super) async fn journal_done(&self, seqs: Vec<u64>) {
+        let Some(journal) = self.journal.clone() else { return };
+        if seqs.is_empty() {
             return;
-        };
-        if let Err(e) = blocking(move || journal.done(seq)).await {
+        }
+        if let Err(e) = blocking(move || journal.done(&seqs)).await {
             tracing::warn!("journal {}: {e}", self.journal_dir());
         }
     }

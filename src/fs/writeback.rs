@@ -214,7 +214,7 @@ impl Fs {
             match committed {
                 Ok(()) => {
                     state.dirty = false;
-                    self.journal_done(state.journaled.take()).await;
+                    self.journal_done(state.journaled.take().into_iter().collect()).await;
                 }
                 Err(e) => {
                     self.fail("commit at exit", 0, &e);
@@ -255,15 +255,14 @@ impl Fs {
         let outcomes = self.view.commit_together(files).await;
         let mut due: Vec<Option<Due>> = due.into_iter().map(Some).collect();
         let mut first_error = None;
+        let mut stored = Vec::new();
         for (indexes, outcome) in outcomes {
             match outcome {
-                Ok(()) => {
-                    for i in indexes {
-                        if let Some(d) = due.get_mut(i).and_then(Option::take) {
-                            self.committed(d).await;
-                        }
-                    }
-                }
+                Ok(()) => stored.extend(
+                    indexes
+                        .into_iter()
+                        .filter_map(|i| due.get_mut(i).and_then(Option::take)),
+                ),
                 Err(e) => {
                     let e = FsError::from(e);
                     self.fail("write-back", 0, &e);
@@ -271,13 +270,18 @@ impl Fs {
                 }
             }
         }
+        self.journal_done(stored.iter().filter_map(|d| d.journaled).collect())
+            .await;
+        for d in stored {
+            self.committed(d);
+        }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// A pending file's bytes are in the store: it is clean (its content stayed locked since
-    /// they were taken), and is no longer held when no handle has it open.
-    async fn committed(&self, mut due: Due<'_>) {
-        self.journal_done(due.journaled).await;
+    /// A pending file's bytes are in the store (and its journal record done): it is clean (its
+    /// content stayed locked since they were taken), and is no longer held when no handle has
+    /// it open.
+    fn committed(&self, mut due: Due<'_>) {
         let Some((file, sink)) = self.inodes.file_at(&due.path) else {
             return;
         };

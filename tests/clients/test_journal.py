@@ -65,6 +65,11 @@ def segments(journal: Path) -> list[Path]:
     return sorted(journal.glob("seg-*.zj"))
 
 
+def written(seg: Path) -> int:
+    """How far a segment is written: segments are zero-filled ahead of use."""
+    return len(seg.read_bytes().rstrip(b"\0"))
+
+
 def test_closed_files_survive_kill_9_and_are_committed_by_the_next_mount(remote_view, seeded, tmp_path):  # noqa: F811
     journal = tmp_path / "journal"
     view = remote_view("s3", "--journal-dir", str(journal), *LONG, prefix=seeded)
@@ -95,7 +100,7 @@ def test_a_torn_record_is_dropped_never_committed(remote_view, seeded, tmp_path)
     # A crash in the middle of the second record's write: its last bytes never reached disk.
     [seg] = segments(journal)
     with open(seg, "r+b") as f:
-        f.truncate(seg.stat().st_size - 7)
+        f.truncate(written(seg) - 7)
 
     again = remote_view("s3", "--journal-dir", str(journal), *LONG, prefix=seeded)
     log = again.log_text()
@@ -108,7 +113,7 @@ def test_a_corrupt_record_is_dropped_with_what_follows_it(remote_view, seeded, t
     journal = tmp_path / "journal"
     view = remote_view("s3", "--journal-dir", str(journal), *LONG, prefix=seeded)
     write(view.path(f"{ARRAY}/c/0/0"), payload(1, 0, 1))
-    first_len = segments(journal)[0].stat().st_size
+    first_len = written(segments(journal)[0])
     write(view.path(f"{ARRAY}/c/0/1"), payload(1, 1, 1))
     write(view.path(f"{ARRAY}/c/1/1"), payload(1, 2, 1))
     kill_9(view)
@@ -138,6 +143,34 @@ def test_a_replay_keeps_what_another_writer_committed_to_the_same_shard(remote_v
     again.stop()
     assert stored(remote_view, seeded, ["c/0/0", "c/1/1"]) == {
         "c/0/0": payload(1, 0, 1), "c/1/1": payload(2, 0, 1)}
+
+
+def test_a_replay_never_commits_again_what_was_committed_and_since_overwritten(remote_view, seeded, tmp_path):  # noqa: F811
+    # A file committed by write-back, then overwritten by another mount; a later file is still
+    # pending (so their segment stays) when the first mount is killed. Its replay must not
+    # commit the first file again over the other mount's write: a done record says it was
+    # committed (the segment being written stays until full, done records and all).
+    journal = tmp_path / "journal"
+    view = remote_view("s3", "--journal-dir", str(journal), *LONG, prefix=seeded)
+    path = view.path(f"{ARRAY}/c/0/0")
+    write(path, payload(1, 0, 1))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # committed: its record is done
+    finally:
+        os.close(fd)
+    other = remote_view("s3", "--no-journal", prefix=seeded)
+    write(other.path(f"{ARRAY}/c/0/0"), payload(2, 0, 1))
+    other.stop()
+    write(view.path(f"{ARRAY}/c/2/2"), payload(1, 1, 1))
+    assert len(segments(journal)) == 1, "both records in one segment"
+    kill_9(view)
+
+    again = remote_view("s3", "--journal-dir", str(journal), *LONG, prefix=seeded)
+    assert "files=1" in again.log_text(), again.log_text()[-2000:]
+    again.stop()
+    assert stored(remote_view, seeded, ["c/0/0", "c/2/2"]) == {
+        "c/0/0": payload(2, 0, 1), "c/2/2": payload(1, 1, 1)}
 
 
 def test_a_replay_does_not_bring_back_what_was_removed_or_renamed_away(remote_view, seeded, tmp_path):  # noqa: F811
@@ -206,14 +239,18 @@ def test_fsync_commits_and_the_default_journal_is_per_source_and_mountpoint(remo
     path = view.path(f"{ARRAY}/c/3/0")
     write(path, payload(1, 0, 1))
     assert segments(journal)
+    assert mount_stats(view.path())["journal_pending_files"] == 1
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)  # commits everything pending
     finally:
         os.close(fd)
-    assert segments(journal) == []
+    assert mount_stats(view.path())["journal_pending_files"] == 0
     assert stored(remote_view, seeded, ["c/3/0"]) == {"c/3/0": payload(1, 0, 1)}
+    # The segment being written stays while mounted (a done record says its file is
+    # committed); an unmount with nothing pending leaves none.
     view.stop()
+    assert segments(journal) == [] and not (journal / "spare.zj").exists()
 
 
 def test_xarray_appends_and_adds_a_variable_through_a_journaled_mount_at_latency(remote_view, remote, tmp_path):  # noqa: F811

@@ -10,8 +10,8 @@
 //! mount of the same source with the same journal finds the records no commit finished and
 //! commits them before serving (`Replay`).
 //!
-//! On disk: `seg-<first seq>.zj` files of [`record`]s, appended in sequence order, a new one
-//! past [`SEGMENT_BYTES`]; `source`, the source the records belong to (a journal is never
+//! On disk: `seg-<first seq>.zj` files of [`record`]s, written in sequence order over the
+//! zeros of a segment made ahead (`spare.zj`, see [`spare`]), a new one past [`SEGMENT_BYTES`]; `source`, the source the records belong to (a journal is never
 //! replayed onto another); `lock`, held (flock) by the one mount using the journal. A segment
 //! is deleted once every record in it and in every older segment is done (committed, or
 //! superseded by a newer record of its path): deleting in order keeps a removal's record as
@@ -21,18 +21,23 @@
 //! Every call here does blocking file I/O: callers run it off the async workers.
 
 pub mod record;
+mod replay;
+mod spare;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::Bytes;
 use record::{Kind, Record};
+pub use replay::Replay;
+use replay::{read_segments, segment_files};
 
-/// A segment is closed (synced) and a new one started past this size.
-pub const SEGMENT_BYTES: u64 = 64 << 20;
+/// A segment is closed (synced) and a new one started past this size; segments are made this
+/// large, of zeros, ahead of use (see `spare`).
+pub const SEGMENT_BYTES: u64 = 16 << 20;
 
 /// Why a journal could not be opened or written.
 #[derive(Debug, thiserror::Error)]
@@ -47,19 +52,6 @@ pub enum JournalError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// What a journal held when it was opened: the last content of every file whose last record
-/// is not a removal, in the order of their records, and what was dropped as torn.
-#[derive(Debug, Default)]
-pub struct Replay {
-    pub files: Vec<(String, Bytes)>,
-    /// Records read (content and removals), and segments they were in.
-    pub records: usize,
-    pub segments: usize,
-    /// Torn or corrupt tails dropped: how many segments had one, and their bytes.
-    pub torn_segments: usize,
-    pub torn_bytes: usize,
 }
 
 /// Records not yet done, and the segments holding them.
@@ -99,6 +91,7 @@ pub struct Journal {
     synced: Mutex<u64>,
     /// Size past which a new segment is started.
     segment_bytes: u64,
+    spares: spare::Spares,
     _lock: File,
 }
 
@@ -147,6 +140,8 @@ impl Journal {
             _ => write_synced(&named, source.as_bytes()).map_err(io)?,
         }
         let (replay, last_seq) = read_segments(&segments, max_data).map_err(io)?;
+        let spares = spare::Spares::new(dir, segment_bytes).map_err(io)?;
+        spares.ready_now().map_err(io)?;
         let mut state = State::default();
         state.writer.next_seq = last_seq + 1;
         // The old segments stay (as live) until `replayed`: a crash during the replay finds
@@ -159,6 +154,7 @@ impl Journal {
             state: Mutex::new(state),
             synced: Mutex::new(0),
             segment_bytes,
+            spares,
             _lock: lock,
         };
         Ok((journal, replay))
@@ -194,9 +190,12 @@ impl Journal {
             for (path, kind) in entries {
                 let seq = state.writer.next_seq;
                 state.writer.next_seq += 1;
+                // Of a path's record: its content's size (`None`: a removal). Done lists are no
+                // path's record.
                 let size = match &kind {
-                    Kind::Content(data) => Some(data.len() as u64),
-                    Kind::Removed => None,
+                    Kind::Content(data) => Some(Some(data.len() as u64)),
+                    Kind::Removed => Some(None),
+                    Kind::Done(_) => None,
                 };
                 bytes.extend_from_slice(
                     &Record {
@@ -209,13 +208,14 @@ impl Journal {
                 seqs.push((seq, path, size));
             }
             let file = self.segment_for(&mut state, first, bytes.len() as u64)?;
-            (&*file).write_all(&bytes)?;
+            file.write_all_at(&bytes, state.writer.size)?;
             state.writer.size += bytes.len() as u64;
             state.writer.appended += bytes.len() as u64;
             let mark = state.writer.appended;
             let st = &mut *state;
             let mut added = 0;
             for (seq, path, size) in &seqs {
+                let Some(size) = size else { continue };
                 if let Some(older) = st.live.newest.remove(path) {
                     Self::forget(st, older);
                 }
@@ -237,11 +237,18 @@ impl Journal {
         Ok(seqs)
     }
 
-    /// The record `seq` is committed (or no longer needed).
-    pub fn done(&self, seq: u64) -> std::io::Result<()> {
-        let mut state = self.lock();
-        Self::forget(&mut state, seq);
-        self.drop_done(&mut state)
+    /// The records `seqs` are committed (or no longer needed): a done record lists them,
+    /// durably, so that a replay never commits them again (see `replay`).
+    pub fn done(&self, seqs: &[u64]) -> std::io::Result<()> {
+        {
+            let mut state = self.lock();
+            for seq in seqs {
+                Self::forget(&mut state, *seq);
+            }
+        }
+        let lists = seqs.chunks(record::MAX_DONE);
+        self.append(lists.map(|l| (String::new(), Kind::Done(l.to_vec()))).collect())
+            .map(drop)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -263,22 +270,17 @@ impl Journal {
         }
     }
 
-    /// Delete the oldest segments while nothing in them is live. The segment being appended
-    /// to goes too when it is the last and done: the next append starts a new one.
+    /// Delete the oldest segments while nothing in them is live, up to the one being written
+    /// (it stays until full, or until the journal is closed with nothing live: its done records
+    /// say what a replay skips, and a new segment would cost a spare).
     fn drop_done(&self, state: &mut State) -> std::io::Result<()> {
         let mut removed = false;
         while let Some((_, path, 0)) = state.live.segments.front() {
-            let is_current = state.live.segments.len() == 1 && state.writer.file.is_some();
-            let path = path.clone();
-            std::fs::remove_file(&path).or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(e),
-            })?;
-            state.live.segments.pop_front();
-            if is_current {
-                state.writer.file = None;
-                state.writer.size = 0;
+            if state.live.segments.len() == 1 && state.writer.file.is_some() {
+                break;
             }
+            remove_if_there(path)?;
+            state.live.segments.pop_front();
             removed = true;
         }
         if removed {
@@ -296,7 +298,11 @@ impl Journal {
             file.sync_data()?; // older records are durable before newer ones land elsewhere
         }
         let path = self.dir.join(format!("seg-{first_seq:016x}.zj"));
-        let file = Arc::new(OpenOptions::new().create_new(true).append(true).open(&path)?);
+        let file = match self.spares.take(&path)? {
+            Some(file) => file,
+            None => OpenOptions::new().create_new(true).write(true).open(&path)?,
+        };
+        let file = Arc::new(file);
         File::open(&self.dir)?.sync_all()?;
         state.writer.file = Some(file.clone());
         state.writer.size = 0;
@@ -318,64 +324,32 @@ impl Journal {
     }
 }
 
-/// The segment files in `dir`, by first seq.
-fn segment_files(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(first) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("seg-"))
-            .and_then(|n| n.strip_suffix(".zj"))
-            .and_then(|n| u64::from_str_radix(n, 16).ok())
-        else {
-            continue;
-        };
-        found.push((first, entry.path()));
-    }
-    found.sort();
-    Ok(found)
+fn remove_if_there(path: &Path) -> std::io::Result<()> {
+    std::fs::remove_file(path).or_else(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Ok(()),
+        _ => Err(e),
+    })
 }
 
-/// Read every segment: the last content of each path, unless removed after; and the highest
-/// seq seen.
-fn read_segments(segments: &[(u64, PathBuf)], max_data: u64) -> std::io::Result<(Replay, u64)> {
-    let mut replay = Replay {
-        segments: segments.len(),
-        ..Replay::default()
-    };
-    let mut last: BTreeMap<String, (u64, Option<Bytes>)> = BTreeMap::new();
-    let mut max_seq = 0;
-    for (first, path) in segments {
-        max_seq = max_seq.max(*first);
-        let seg = record::decode(&std::fs::read(path)?, max_data);
-        if let Some(torn) = seg.torn {
-            replay.torn_segments += 1;
-            replay.torn_bytes += torn;
+impl Drop for Journal {
+    /// Closed with nothing live (an unmount that committed everything): no segment is left.
+    fn drop(&mut self) {
+        let state = self.lock();
+        // (An earlier mount's segments count one live record each until replayed.)
+        if !state.live.records.is_empty() || state.live.segments.iter().any(|(_, _, live)| *live > 0) {
+            return;
         }
-        for r in seg.records {
-            replay.records += 1;
-            max_seq = max_seq.max(r.seq);
-            let content = match r.kind {
-                Kind::Content(data) => Some(data),
-                Kind::Removed => None,
-            };
-            match last.get(&r.path) {
-                Some((seq, _)) if *seq > r.seq => {}
-                _ => {
-                    last.insert(r.path, (r.seq, content));
-                }
-            }
+        let paths: Vec<PathBuf> = state.live.segments.iter().map(|(_, p, _)| p.clone()).collect();
+        drop(state);
+        let removed = paths.iter().try_for_each(|p| remove_if_there(p));
+        self.spares.close();
+        if let Err(e) = removed.and_then(|()| File::open(&self.dir)?.sync_all()) {
+            tracing::warn!(
+                "journal {}: could not remove its done segments: {e}",
+                self.dir.display()
+            );
         }
     }
-    let mut files: Vec<_> = last
-        .into_iter()
-        .filter_map(|(path, (seq, data))| data.map(|d| (seq, path, d)))
-        .collect();
-    files.sort_by_key(|(seq, _, _)| *seq);
-    replay.files = files.into_iter().map(|(_, p, d)| (p, d)).collect();
-    Ok((replay, max_seq))
 }
 
 /// Write `bytes` to `path` durably (through a temporary file renamed into place).

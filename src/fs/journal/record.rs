@@ -8,9 +8,14 @@
 //! magic "ZJR1" | kind u8 | seq u64 | path_len u32 | data_len u64 | path | data | crc32c u32
 //! ```
 //!
-//! Records are only ever appended, and a segment is fsynced before the close it records
-//! returns, so a crash can tear only the records written since the last fsync: the tail of
-//! the newest segment. Reading stops at the first record that is short, has a bad magic or
+//! Kinds: 1 a closed file's content; 2 a removal (no data); 3 the seqs of records now committed
+//! (no path; data: u64 seqs), so that a replay never commits again what the store already had
+//! from this mount, where another mount may have written since.
+//!
+//! Records are only ever appended (into zero-filled space, or past a segment's end), and a
+//! segment is fsynced before the close it records returns, so a crash can tear only the
+//! records written since the last fsync: the tail of the newest segment. Zeros after the last
+//! record are a clean end (a record never starts with a zero byte). Reading stops at the first record that is short, has a bad magic or
 //! lengths beyond the limits, or fails its checksum: it and anything after it in that segment
 //! are dropped, never replayed (nothing after a torn record can be trusted to start where its
 //! length says). Bytes read from disk are never trusted for an allocation: lengths are bounded
@@ -22,6 +27,8 @@ const MAGIC: &[u8; 4] = b"ZJR1";
 const HEADER: usize = 4 + 1 + 8 + 4 + 8;
 /// Longest path a record may hold.
 pub const MAX_PATH: usize = 4096;
+/// Most seqs one done record lists.
+pub const MAX_DONE: usize = 1 << 20;
 
 /// What a record says of a path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +37,8 @@ pub enum Kind {
     Content(bytes::Bytes),
     /// The file was removed (or renamed away): earlier records of the path are void.
     Removed,
+    /// These records (by seq) are committed: a replay skips them. Its path is empty.
+    Done(Vec<u64>),
 }
 
 /// One record of the journal.
@@ -43,9 +52,14 @@ pub struct Record {
 impl Record {
     /// The record's bytes on disk.
     pub fn encode(&self) -> Vec<u8> {
+        let seqs: Vec<u8>;
         let (kind, data): (u8, &[u8]) = match &self.kind {
             Kind::Content(data) => (1, data),
             Kind::Removed => (2, &[]),
+            Kind::Done(done) => {
+                seqs = done.iter().flat_map(|s| s.to_le_bytes()).collect();
+                (3, &seqs)
+            }
         };
         let mut out = Vec::with_capacity(HEADER + self.path.len() + data.len() + 4);
         out.extend_from_slice(MAGIC);
@@ -80,7 +94,9 @@ pub fn decode(bytes: &[u8], max_data: u64) -> Segment {
                 at += len;
             }
             None => {
-                seg.torn = Some(bytes.len() - at);
+                // Segments are zero-filled ahead of use (see `super`): zeros after the last
+                // record are its clean end, and only bytes up to the last non-zero one are torn.
+                seg.torn = bytes[at..].iter().rposition(|b| *b != 0).map(|last| last + 1);
                 break;
             }
         }
@@ -98,7 +114,13 @@ fn decode_one(bytes: &[u8], max_data: u64) -> Option<(Record, usize)> {
     let seq = u64::from_le_bytes(header[5..13].try_into().ok()?);
     let path_len = u32::from_le_bytes(header[13..17].try_into().ok()?) as usize;
     let data_len = u64::from_le_bytes(header[17..25].try_into().ok()?);
-    if path_len > MAX_PATH || data_len > max_data || (kind == 2 && data_len != 0) {
+    let malformed = match kind {
+        2 => data_len != 0,
+        3 => data_len % 8 != 0 || path_len != 0,
+        _ => false,
+    };
+    let limit = if kind == 3 { 8 * MAX_DONE as u64 } else { max_data };
+    if path_len > MAX_PATH || data_len > limit || malformed {
         return None;
     }
     let data_len = usize::try_from(data_len).ok()?;
@@ -113,6 +135,12 @@ fn decode_one(bytes: &[u8], max_data: u64) -> Option<(Record, usize)> {
     let kind = match kind {
         1 => Kind::Content(bytes::Bytes::copy_from_slice(&whole[HEADER + path_len..body_end])),
         2 => Kind::Removed,
+        3 => Kind::Done(
+            whole[HEADER + path_len..body_end]
+                .chunks_exact(8)
+                .filter_map(|c| c.try_into().ok().map(u64::from_le_bytes))
+                .collect(),
+        ),
         _ => return None,
     };
     Some((Record { seq, path, kind }, end))
@@ -140,6 +168,11 @@ mod tests {
                 kind: Kind::Removed,
             },
             content(3, "a/c/1/0", b""),
+            Record {
+                seq: 4,
+                path: String::new(),
+                kind: Kind::Done(vec![1, 3, u64::MAX]),
+            },
         ];
         let bytes: Vec<u8> = records.iter().flat_map(Record::encode).collect();
         let seg = decode(&bytes, 1 << 20);
@@ -156,7 +189,10 @@ mod tests {
             bytes.extend_from_slice(&second[..cut]);
             let seg = decode(&bytes, 1 << 20);
             assert_eq!(seg.records.len(), 1, "cut at {cut}");
-            assert_eq!(seg.torn, (cut > 0).then_some(cut));
+            // Torn up to its last non-zero byte (zeros after a record are a clean end).
+            let torn = second[..cut].iter().rposition(|b| *b != 0).map(|last| last + 1);
+            assert_eq!(seg.torn, torn);
+            assert_eq!(seg.torn.is_some(), cut > 0, "a record starts with its magic");
         }
     }
 
@@ -176,6 +212,20 @@ mod tests {
             assert_eq!(seg.records, vec![content(1, "x/c/0", b"first")], "byte {i}");
             assert!(seg.torn.is_some());
         }
+    }
+
+    #[test]
+    fn zeros_after_the_last_record_are_a_clean_end_and_never_torn_bytes() {
+        let first = content(1, "x/c/0", b"first").encode();
+        let mut bytes = first.clone();
+        bytes.resize(first.len() + 4096, 0);
+        let seg = decode(&bytes, 1 << 20);
+        assert_eq!((seg.records.len(), seg.torn), (1, None));
+        // A record torn in zero-filled space: its written part is torn, the zeros are not.
+        let second = content(2, "x/c/1", &[7u8; 100]).encode();
+        bytes[first.len()..first.len() + 60].copy_from_slice(&second[..60]);
+        let seg = decode(&bytes, 1 << 20);
+        assert_eq!((seg.records.len(), seg.torn), (1, Some(60)));
     }
 
     #[test]

@@ -1,4 +1,5 @@
 use super::*;
+use bytes::Bytes;
 
 fn content(path: &str, data: &[u8]) -> (String, Kind) {
     (path.to_string(), Kind::Content(Bytes::copy_from_slice(data)))
@@ -29,18 +30,18 @@ fn what_was_not_done_is_found_again_newest_content_first_removals_void() {
         .append(vec![content("a/c/2", b"gone"), removed("a/c/2")])
         .unwrap();
     let seqs = journal.append(vec![content("a/c/3", b"done")]).unwrap();
-    journal.done(seqs[0]).unwrap();
+    journal.done(&seqs[..1]).unwrap();
     assert_eq!(journal.pending(), (3 + 5, 2), "a/c/0 (newest) and a/c/1");
     drop(journal); // a crash: nothing more is done
 
     let (journal, replay) = Journal::open(tmp.path(), "s3://b/x", 1 << 20).unwrap();
-    // a/c/3 was done but its segment is still there (a/c/1 is not): committing it again
-    // writes what the store has.
+    // a/c/3 was done: its segment is still there (a/c/1 is not done), and its done record
+    // keeps the replay from committing it again (another mount may have written it since).
     assert_eq!(
         replayed_files(&replay),
-        vec![("a/c/1", &b"two"[..]), ("a/c/0", b"three"), ("a/c/3", b"done")]
+        vec![("a/c/1", &b"two"[..]), ("a/c/0", b"three")]
     );
-    assert_eq!((replay.records, replay.torn_segments), (6, 0));
+    assert_eq!((replay.records, replay.torn_segments), (7, 0), "6 and a done list");
     journal.replayed().unwrap();
     assert!(segments(tmp.path()).is_empty());
     drop(journal);
@@ -60,12 +61,18 @@ fn segments_go_once_everything_in_them_and_before_them_is_done() {
     let _ = journal.append(vec![removed("a")]).unwrap();
     assert_eq!(segments(tmp.path()).len(), 2);
     assert_eq!(journal.pending(), (80, 1), "a superseded by its removal");
-    journal.done(b).unwrap();
-    assert!(segments(tmp.path()).is_empty(), "{:?}", segments(tmp.path()));
+    journal.done(&[b]).unwrap();
+    // b's segment goes; the one being written (the removal's, and now the done list's) stays.
+    assert_eq!(segments(tmp.path()).len(), 1, "{:?}", segments(tmp.path()));
     assert_eq!(journal.pending(), (0, 0));
-    // Appending again starts a new segment.
-    journal.append(vec![content("c", b"x")]).unwrap();
+    // Appending past its size starts a new segment, and the done one goes.
+    let c = journal.append(vec![content("c", &[3; 80])]).unwrap();
     assert_eq!(segments(tmp.path()).len(), 1);
+    journal.done(&c).unwrap();
+    // Closed with nothing live, the journal leaves no segment (and no spare).
+    drop(journal);
+    assert!(segments(tmp.path()).is_empty());
+    assert!(!tmp.path().join("spare.zj").exists());
 }
 
 #[test]
@@ -90,9 +97,10 @@ fn a_torn_record_is_dropped_and_counted() {
     journal.append(vec![content("b", &[9; 1000])]).unwrap();
     drop(journal);
     let seg = &segments(tmp.path())[0];
-    let len = std::fs::metadata(seg).unwrap().len();
+    // Cut inside the last record (the segment is zeros after it).
+    let written = std::fs::read(seg).unwrap().iter().rposition(|b| *b != 0).unwrap() + 1;
     let f = OpenOptions::new().write(true).open(seg).unwrap();
-    f.set_len(len - 10).unwrap();
+    f.set_len(written as u64 - 10).unwrap();
     let (journal, replay) = Journal::open(tmp.path(), "src", 1 << 20).unwrap();
     assert_eq!(replayed_files(&replay), vec![("a", &b"whole"[..])]);
     assert_eq!(replay.torn_segments, 1);
