@@ -8,8 +8,10 @@
 //! method, and the impl must be one `#[async_trait]` block.
 
 /// `invalidating_store! { #[attributes] impl Store for T { reads... } }`: the `Store` impl of a decorator
-/// with an `inner: Arc<dyn Store>` field and a `fn changed(&self, key: &str)`, its write
-/// methods forwarded and followed by `changed`.
+/// with an `inner: Arc<dyn Store>` field, a `fn changed(&self, key: &str)` and a
+/// `fn created(&self, key: &str, stored: Option<u64>)`, its write methods forwarded and
+/// followed by `created` (a whole value written, which may be new; `stored`: its size, if the
+/// write succeeded) or `changed` (anything else).
 macro_rules! invalidating_store {
     ($(#[$attr:meta])* impl Store for $decorator:ty { $($reads:tt)* }) => {
         #[async_trait::async_trait]
@@ -18,8 +20,9 @@ macro_rules! invalidating_store {
             $($reads)*
 
             async fn set(&self, key: &str, value: bytes::Bytes) -> $crate::store::StoreResult<$crate::store::Version> {
+                let size = value.len() as u64;
                 let result = self.inner.set(key, value).await;
-                self.changed(key);
+                self.created(key, result.is_ok().then_some(size));
                 result
             }
 
@@ -29,8 +32,9 @@ macro_rules! invalidating_store {
                 value: bytes::Bytes,
                 condition: $crate::store::Precondition,
             ) -> $crate::store::StoreResult<$crate::store::Version> {
+                let size = value.len() as u64;
                 let result = self.inner.set_if(key, value, condition).await;
-                self.changed(key);
+                self.created(key, result.is_ok().then_some(size));
                 result
             }
 

@@ -82,6 +82,11 @@ impl MissingCache {
     /// A key (or a directory prefix, ending in `/`) changes: forget it and the directories
     /// above it; a whole directory prefix also forgets everything below it (one pass over the
     /// names kept, only then).
+    /// A value is written at `key`: as any change.
+    fn created(&self, key: &str, _stored: Option<u64>) {
+        self.changed(key);
+    }
+
     fn changed(&self, key: &str) {
         let mut state = self.state();
         state.generation += 1;

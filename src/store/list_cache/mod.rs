@@ -19,114 +19,26 @@
 //! waits for it and is answered from what it kept, instead of sending the same request.
 //! Listings taken by the warm-up are counted and marked ([`prefetch`](super::prefetch)).
 //!
-//! Writes through the mount never meet a stale listing: a write, erase or rename of a key
-//! drops the listings of every directory above it and every prefix listing that covers it,
-//! and a listing that was in flight while anything was written is not kept. Other writers'
-//! changes show once the TTL has passed, as for metadata.
+//! Writes through the mount never meet a stale listing: an erase or rename of a key drops the
+//! listings of every directory above it and every prefix listing that covers it; a value
+//! written drops its directory's listing and those above that do not show the way down to it
+//! yet (the others are unchanged by it); a listing that was in flight while anything was
+//! written is not kept. A kept complete listing also says that nothing lies below a directory
+//! it does not show. Other writers' changes show once the TTL has passed, as for metadata.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lru::LruCache;
-
 use super::invalidating::invalidating_store;
-use super::prefetch::{first_use, prefetching, PrefetchStats};
+use super::prefetch::PrefetchStats;
 use super::single_flight::Flights;
 use super::{Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Store, StoreResult};
 
+mod kept;
+use kept::{Listings, State};
+
 /// Entries (names) held across all listings kept.
 const MAX_ENTRIES: usize = 1 << 18;
-
-#[derive(Debug)]
-struct Kept<T> {
-    at: Instant,
-    value: Arc<Vec<T>>,
-    /// Taken by the warm-up and not used by anyone else yet.
-    prefetched: bool,
-}
-
-/// Listings of one kind, least recently used first out, with the entries they hold.
-#[derive(Debug)]
-struct Listings<T> {
-    kept: LruCache<String, Kept<T>>,
-    entries: usize,
-}
-
-impl<T> Listings<T> {
-    fn new() -> Self {
-        Listings {
-            kept: LruCache::unbounded(),
-            entries: 0,
-        }
-    }
-
-    /// The listing of `prefix` if it was taken less than `ttl` ago (an older one is dropped).
-    fn fresh(&mut self, prefix: &str, ttl: Duration, stats: &PrefetchStats) -> Option<Arc<Vec<T>>> {
-        let kept = self.kept.get_mut(prefix)?;
-        if kept.at.elapsed() < ttl {
-            first_use(&mut kept.prefetched, stats);
-            return Some(kept.value.clone());
-        }
-        self.drop(prefix);
-        None
-    }
-
-    fn put(&mut self, prefix: &str, at: Instant, value: Vec<T>) {
-        self.entries += value.len();
-        let kept = Kept {
-            at,
-            value: Arc::new(value),
-            prefetched: prefetching(),
-        };
-        if let Some(old) = self.kept.put(prefix.to_string(), kept) {
-            self.entries -= old.value.len();
-        }
-    }
-
-    fn drop(&mut self, prefix: &str) {
-        if let Some(old) = self.kept.pop(prefix) {
-            self.entries -= old.value.len();
-        }
-    }
-
-    /// Drop every listing of a prefix that starts with `prefix` (everything below it).
-    fn drop_below(&mut self, prefix: &str) {
-        let below: Vec<String> = self
-            .kept
-            .iter()
-            .filter(|(p, _)| p.starts_with(prefix))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for p in below {
-            self.drop(&p);
-        }
-    }
-
-    /// Drop the least recently used listing; false when there is none.
-    fn drop_oldest(&mut self) -> bool {
-        match self.kept.pop_lru() {
-            Some((_, old)) => {
-                self.entries -= old.value.len();
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-#[derive(Debug)]
-struct State {
-    dirs: Listings<DirEntry>,
-    prefixes: Listings<String>,
-    /// Bumped by every write: a listing that started before it is not kept.
-    generation: u64,
-}
-
-impl State {
-    fn entries(&self) -> usize {
-        self.dirs.entries + self.prefixes.entries
-    }
-}
 
 #[derive(Debug)]
 pub struct ListCache {
@@ -190,7 +102,10 @@ impl ListCache {
 
     /// Whether the kept listing of the directory holding `key` lists it: a file, or for a
     /// directory prefix (ending in `/`) a directory. `None` when that listing is not kept, or
-    /// when it may leave names out and does not show this one (as either kind).
+    /// when it may leave names out and does not show this one (as either kind). Without that
+    /// listing, a complete listing of a directory further up that does not show the next one
+    /// down says `key` is missing too (the shards of an empty array: one listing of its chunk
+    /// root, not a request per shard).
     fn listed(&self, key: &str) -> Option<bool> {
         let (path, want_dir) = match key.strip_suffix('/') {
             Some(dir) => (dir, true),
@@ -203,12 +118,34 @@ impl ListCache {
             Some(i) => (&path[..=i], &path[i + 1..]),
             None => ("", path),
         };
-        let kept = self.kept_dir(parent)?;
+        let Some(kept) = self.kept_dir(parent) else {
+            return self.missing_above(parent).then_some(false);
+        };
         let mut named = kept.iter().filter(|e| e.name == name).peekable();
         if !self.complete && named.peek().is_none() {
             return None;
         }
         Some(named.any(|e| (e.kind == EntryKind::Dir) == want_dir))
+    }
+
+    /// Whether a kept complete listing of a directory above `dir` (ending in `/`) does not
+    /// show the directory that leads down to it.
+    fn missing_above(&self, dir: &str) -> bool {
+        if !self.complete {
+            return false;
+        }
+        let mut below = dir.trim_end_matches('/');
+        while let Some(i) = below.rfind('/') {
+            let (parent, name) = (&below[..=i], &below[i + 1..]);
+            if let Some(kept) = self.kept_dir(parent) {
+                return !kept.iter().any(|e| e.name == name && e.kind == EntryKind::Dir);
+            }
+            below = &below[..i];
+        }
+        match self.kept_dir("") {
+            Some(kept) if !below.is_empty() => !kept.iter().any(|e| e.name == below && e.kind == EntryKind::Dir),
+            _ => false,
+        }
     }
 
     /// [`listed`](Self::listed), after waiting for a listing of the directory holding `key`
@@ -259,6 +196,28 @@ impl ListCache {
         while state.entries() > self.max_entries && (state.dirs.drop_oldest() || state.prefixes.drop_oldest()) {}
     }
 
+    /// A value of `stored` bytes is written at `key` (`None`: the write failed, and may have
+    /// changed anything: as [`changed`](Self::changed)). Kept listings are brought up to date
+    /// in place rather than dropped: its directory's shows it (with this size, and now for its
+    /// time), each directory above shows the next one down. So the listing of an empty array's
+    /// chunk root stays true while its shards are written, and (see `listed`) a shard not
+    /// written yet costs no request, nor does a commit's read of it.
+    fn created(&self, key: &str, stored: Option<u64>) {
+        let Some(size) = stored.filter(|_| !key.is_empty() && !key.ends_with('/')) else {
+            return self.changed(key);
+        };
+        let mut state = self.state();
+        state.generation += 1;
+        let dirs: Vec<&str> = std::iter::once("").chain(key.match_indices('/').map(|(i, _)| &key[..=i])).collect();
+        for (i, dir) in dirs.iter().enumerate() {
+            match dirs.get(i + 1) {
+                Some(next) => state.dirs.add_dir(dir, next[dir.len()..].trim_end_matches('/')),
+                None => state.dirs.add_file(dir, &key[dir.len()..], size),
+            }
+        }
+        state.drop_prefixes_covering(key);
+    }
+
     /// A key changes (or a directory prefix, ending in `/`): drop what listed it.
     fn changed(&self, key: &str) {
         let mut state = self.state();
@@ -267,16 +226,7 @@ impl ListCache {
         for dir in std::iter::once("").chain(key.match_indices('/').map(|(i, _)| &key[..=i])) {
             state.dirs.drop(dir);
         }
-        let covering: Vec<String> = state
-            .prefixes
-            .kept
-            .iter()
-            .filter(|(p, _)| key.starts_with(p.as_str()))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for p in covering {
-            state.prefixes.drop(&p);
-        }
+        state.drop_prefixes_covering(key);
         // A directory prefix changed as a whole (erased): nothing listed below it holds.
         if key.is_empty() || key.ends_with('/') {
             state.dirs.drop_below(key);

@@ -52,9 +52,9 @@ async fn writes_drop_the_listings_above_them() {
     cache.list_prefix("x").await.unwrap();
     let before = counting.counts();
     cache.set("a/b/2", Bytes::from_static(b"new")).await.unwrap();
-    assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["0", "1", "2"]);
-    cache.list_dir("a/").await.unwrap();
-    cache.list_dir("").await.unwrap();
+    assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["0", "1", "2"]); // up to date
+    cache.list_dir("a/").await.unwrap(); // shows a/b/ already: kept
+    cache.list_dir("").await.unwrap(); // shows a/ already: kept
     cache.list_dir("x/").await.unwrap(); // untouched: still kept
     assert_eq!(
         cache.list_prefix("a/").await.unwrap(),
@@ -62,7 +62,7 @@ async fn writes_drop_the_listings_above_them() {
     );
     cache.list_prefix("x").await.unwrap(); // untouched
     let after = counting.counts();
-    assert_eq!((after.list_dir - before.list_dir, after.list - before.list), (3, 1));
+    assert_eq!((after.list_dir - before.list_dir, after.list - before.list), (0, 1));
 
     cache.erase_if("a/b/0", Precondition::Any).await.unwrap();
     cache.rename("a/c", "x/1").await.unwrap();
@@ -95,12 +95,12 @@ async fn a_kept_listing_answers_lookups() {
     let cache = cache.incomplete_listings();
     assert!(cache.head("a/nothing").await.unwrap().is_none());
     assert!(cache.dir_exists("a/b/").await.unwrap());
-    // Asked: "a/c", "x/0", "a/new" (its listing was dropped by the write), "a/nothing", and
-    // "a/b/" listed (answered by listing it).
+    // Asked: "a/c", "x/0", "a/new" (listed: its size and version come from the store), and
+    // "a/nothing"; "a/b/" is answered by a/'s listing, which the write kept up to date.
     let after = counting.counts();
     assert_eq!(
         (after.head - before.head, after.list_dir - before.list_dir),
-        (4, 1),
+        (4, 0),
         "incomplete listings: asked"
     );
 }
@@ -206,4 +206,57 @@ async fn a_complete_listing_answers_reads_of_missing_keys_and_dir_exists_keeps_o
     assert!(cache.get("a/b/1", GetOptions::default()).await.unwrap().is_some());
     let c = counting.counts();
     assert_eq!((c.list_dir, c.get), (2, 1), "the missing key cost nothing: {c:?}");
+}
+
+#[tokio::test]
+async fn a_listing_further_up_answers_reads_below_a_directory_it_does_not_show() {
+    let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
+    cache.list_dir("a/").await.unwrap(); // b/ and c: no z/
+    let before = counting.counts().get;
+    assert!(cache.get("a/z/0/1", GetOptions::default()).await.unwrap().is_none());
+    assert!(cache.head("a/z/0").await.unwrap().is_none());
+    assert_eq!(counting.counts().get, before, "a/z/ is not in a/'s listing: nothing sent");
+    assert_eq!(counting.counts().head, 0);
+    // Below a directory it does show, it cannot say: asked.
+    assert!(cache.get("a/b/9/9", GetOptions::default()).await.unwrap().is_none());
+    assert_eq!(counting.counts().get, before + 1);
+    // A write below drops the listing above it: then the store is asked.
+    cache.set("a/z/0/1", Bytes::from_static(b"new")).await.unwrap();
+    assert!(cache.get("a/z/0/1", GetOptions::default()).await.unwrap().is_some());
+    // A source whose listings may leave names out never answers so.
+    let cache = cache.incomplete_listings();
+    cache.list_dir("x/").await.unwrap();
+    let before = counting.counts().get;
+    assert!(cache.get("x/q/0", GetOptions::default()).await.unwrap().is_none());
+    assert_eq!(counting.counts().get, before + 1);
+}
+
+#[tokio::test]
+async fn a_value_written_is_added_to_the_listings_kept_and_an_erase_drops_them() {
+    let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
+    for dir in ["", "a/", "a/b/"] {
+        cache.list_dir(dir).await.unwrap();
+    }
+    cache.set("a/b/2", Bytes::from_static(b"new")).await.unwrap();
+    let before = counting.counts().list_dir;
+    cache.list_dir("").await.unwrap();
+    cache.list_dir("a/").await.unwrap();
+    assert_eq!(counting.counts().list_dir, before, "the root and a/ show a/b/ already: kept");
+    let listed = cache.list_dir("a/b/").await.unwrap();
+    assert_eq!(names(&listed), ["0", "1", "2"]);
+    assert_eq!(listed[2].kind, EntryKind::File { size: 3 });
+    assert_eq!(counting.counts().list_dir, before, "a/b/ shows the new value in place");
+    // A missing key elsewhere is still answered from a/'s listing.
+    let gets = counting.counts().get;
+    assert!(cache.get("a/q/0", GetOptions::default()).await.unwrap().is_none());
+    assert_eq!(counting.counts().get, gets);
+    // A write in a new directory changes the listing above it.
+    cache.set("a/q/0", Bytes::from_static(b"new")).await.unwrap();
+    assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["b", "c", "q"]);
+    assert!(cache.get("a/q/0", GetOptions::default()).await.unwrap().is_some());
+    // An erase drops every listing above (a directory may vanish with its last value).
+    cache.erase("a/b/2").await.unwrap();
+    let before = counting.counts().list_dir;
+    cache.list_dir("").await.unwrap();
+    assert_eq!(counting.counts().list_dir, before + 1);
 }

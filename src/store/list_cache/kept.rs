@@ -1,0 +1,148 @@
+//! The listings a [`super::ListCache`] keeps: by prefix, least recently used first out, with
+//! the entries they hold counted against the bound.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lru::LruCache;
+
+use crate::store::prefetch::{first_use, prefetching, PrefetchStats};
+use crate::store::{DirEntry, EntryKind};
+
+#[derive(Debug)]
+pub(super) struct Kept<T> {
+    at: Instant,
+    pub(super) value: Arc<Vec<T>>,
+    /// Taken by the warm-up and not used by anyone else yet.
+    prefetched: bool,
+}
+
+/// Listings of one kind, least recently used first out, with the entries they hold.
+#[derive(Debug)]
+pub(super) struct Listings<T> {
+    pub(super) kept: LruCache<String, Kept<T>>,
+    entries: usize,
+}
+
+impl<T> Listings<T> {
+    pub(super) fn new() -> Self {
+        Listings {
+            kept: LruCache::unbounded(),
+            entries: 0,
+        }
+    }
+
+    /// The listing of `prefix` if it was taken less than `ttl` ago (an older one is dropped).
+    pub(super) fn fresh(&mut self, prefix: &str, ttl: Duration, stats: &PrefetchStats) -> Option<Arc<Vec<T>>> {
+        let kept = self.kept.get_mut(prefix)?;
+        if kept.at.elapsed() < ttl {
+            first_use(&mut kept.prefetched, stats);
+            return Some(kept.value.clone());
+        }
+        self.drop(prefix);
+        None
+    }
+
+    pub(super) fn put(&mut self, prefix: &str, at: Instant, value: Vec<T>) {
+        self.entries += value.len();
+        let kept = Kept {
+            at,
+            value: Arc::new(value),
+            prefetched: prefetching(),
+        };
+        if let Some(old) = self.kept.put(prefix.to_string(), kept) {
+            self.entries -= old.value.len();
+        }
+    }
+
+    pub(super) fn drop(&mut self, prefix: &str) {
+        if let Some(old) = self.kept.pop(prefix) {
+            self.entries -= old.value.len();
+        }
+    }
+
+    /// Drop every listing of a prefix that starts with `prefix` (everything below it).
+    pub(super) fn drop_below(&mut self, prefix: &str) {
+        let below: Vec<String> = self
+            .kept
+            .iter()
+            .filter(|(p, _)| p.starts_with(prefix))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in below {
+            self.drop(&p);
+        }
+    }
+
+    /// Drop the least recently used listing; false when there is none.
+    pub(super) fn drop_oldest(&mut self) -> bool {
+        match self.kept.pop_lru() {
+            Some((_, old)) => {
+                self.entries -= old.value.len();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct State {
+    pub(super) dirs: Listings<DirEntry>,
+    pub(super) prefixes: Listings<String>,
+    /// Bumped by every write: a listing that started before it is not kept.
+    pub(super) generation: u64,
+}
+
+impl State {
+    /// Drop the kept prefix listings that would list `key`.
+    pub(super) fn drop_prefixes_covering(&mut self, key: &str) {
+        let covering: Vec<String> = self
+            .prefixes
+            .kept
+            .iter()
+            .filter(|(p, _)| key.starts_with(p.as_str()))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in covering {
+            self.prefixes.drop(&p);
+        }
+    }
+
+    pub(super) fn entries(&self) -> usize {
+        self.dirs.entries + self.prefixes.entries
+    }
+}
+
+impl Listings<DirEntry> {
+    /// Show file `name` of `size` bytes, written now, in the kept listing of `prefix`, if one
+    /// is kept (in name order; in place of an entry of the file it replaces).
+    pub(super) fn add_file(&mut self, prefix: &str, name: &str, size: u64) {
+        let Some(kept) = self.kept.peek_mut(prefix) else { return };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| i128::try_from(d.as_nanos()).ok());
+        let entry = DirEntry::file(name, size, now);
+        let entries = Arc::make_mut(&mut kept.value);
+        match entries.iter().position(|e| e.name == name && e.kind != EntryKind::Dir) {
+            Some(at) => entries[at] = entry,
+            None => {
+                let at = entries.partition_point(|e| e.name.as_str() < name);
+                entries.insert(at, entry);
+                self.entries += 1;
+            }
+        }
+    }
+
+    /// Show directory `name` in the kept listing of `prefix`, if one is kept (in name order).
+    pub(super) fn add_dir(&mut self, prefix: &str, name: &str) {
+        let Some(kept) = self.kept.peek_mut(prefix) else { return };
+        if kept.value.iter().any(|e| e.name == name && e.kind == EntryKind::Dir) {
+            return;
+        }
+        let at = kept.value.partition_point(|e| e.name.as_str() < name);
+        Arc::make_mut(&mut kept.value).insert(at, DirEntry::dir(name));
+        self.entries += 1;
+    }
+}
