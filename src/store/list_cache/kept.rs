@@ -34,10 +34,20 @@ impl<T> Listings<T> {
 
     /// The listing of `prefix` if it was taken less than `ttl` ago (an older one is dropped).
     pub(super) fn fresh(&mut self, prefix: &str, ttl: Duration, stats: &PrefetchStats) -> Option<Arc<Vec<T>>> {
+        self.fresh_at(prefix, ttl, stats).map(|(value, _)| value)
+    }
+
+    /// [`fresh`](Self::fresh), and when it was taken.
+    pub(super) fn fresh_at(
+        &mut self,
+        prefix: &str,
+        ttl: Duration,
+        stats: &PrefetchStats,
+    ) -> Option<(Arc<Vec<T>>, Instant)> {
         let kept = self.kept.get_mut(prefix)?;
         if kept.at.elapsed() < ttl {
             first_use(&mut kept.prefetched, stats);
-            return Some(kept.value.clone());
+            return Some((kept.value.clone(), kept.at));
         }
         self.drop(prefix);
         None

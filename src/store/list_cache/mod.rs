@@ -119,7 +119,7 @@ impl ListCache {
             None => ("", path),
         };
         let Some(kept) = self.kept_dir(parent) else {
-            return self.missing_above(parent).then_some(false);
+            return self.missing_above(parent).map(|_| false);
         };
         let mut named = kept.iter().filter(|e| e.name == name).peekable();
         if !self.complete && named.peek().is_none() {
@@ -129,22 +129,24 @@ impl ListCache {
     }
 
     /// Whether a kept complete listing of a directory above `dir` (ending in `/`) does not
-    /// show the directory that leads down to it.
-    fn missing_above(&self, dir: &str) -> bool {
+    /// show the directory that leads down to it: when that listing was taken, if so.
+    fn missing_above(&self, dir: &str) -> Option<Instant> {
         if !self.complete {
-            return false;
+            return None;
         }
         let mut below = dir.trim_end_matches('/');
-        while let Some(i) = below.rfind('/') {
-            let (parent, name) = (&below[..=i], &below[i + 1..]);
-            if let Some(kept) = self.kept_dir(parent) {
-                return !kept.iter().any(|e| e.name == name && e.kind == EntryKind::Dir);
+        loop {
+            let (parent, name) = match below.rfind('/') {
+                Some(i) => (&below[..=i], &below[i + 1..]),
+                None if !below.is_empty() => ("", below),
+                None => return None,
+            };
+            let kept = self.state().dirs.fresh_at(parent, self.ttl, &self.stats);
+            if let Some((kept, at)) = kept {
+                let shown = kept.iter().any(|e| e.name == name && e.kind == EntryKind::Dir);
+                return (!shown).then_some(at);
             }
-            below = &below[..i];
-        }
-        match self.kept_dir("") {
-            Some(kept) if !below.is_empty() => !kept.iter().any(|e| e.name == below && e.kind == EntryKind::Dir),
-            _ => false,
+            below = parent.trim_end_matches('/');
         }
     }
 
@@ -275,9 +277,15 @@ impl Store for ListCache {
     }
 
     /// One listing of a directory in flight at a time: a caller that finds one waits for it.
+    /// A directory a kept listing further up does not show is empty: no request.
     async fn list_dir(&self, prefix: &str) -> StoreResult<Vec<DirEntry>> {
         if let Some(kept) = self.kept_dir(prefix) {
             return Ok(kept.as_ref().clone());
+        }
+        if let Some(at) = self.missing_above(prefix) {
+            // Kept as listed when the listing above was: writes below update it in place.
+            self.keep_dir(prefix, (at, self.generation()), Vec::new());
+            return Ok(Vec::new());
         }
         // A TTL of zero keeps nothing that a waiter could be answered from.
         let _flight = if self.ttl.is_zero() {

@@ -217,6 +217,10 @@ async fn a_listing_further_up_answers_reads_below_a_directory_it_does_not_show()
     assert!(cache.head("a/z/0").await.unwrap().is_none());
     assert_eq!(counting.counts().get, before, "a/z/ is not in a/'s listing: nothing sent");
     assert_eq!(counting.counts().head, 0);
+    let lists = counting.counts().list_dir;
+    assert!(cache.list_dir("a/z/0/").await.unwrap().is_empty());
+    assert!(!cache.dir_exists("a/z/").await.unwrap());
+    assert_eq!(counting.counts().list_dir, lists, "nor for listing what is below a/z/");
     // Below a directory it does show, it cannot say: asked.
     assert!(cache.get("a/b/9/9", GetOptions::default()).await.unwrap().is_none());
     assert_eq!(counting.counts().get, before + 1);
