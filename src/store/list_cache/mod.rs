@@ -210,7 +210,9 @@ impl ListCache {
         };
         let mut state = self.state();
         state.generation += 1;
-        let dirs: Vec<&str> = std::iter::once("").chain(key.match_indices('/').map(|(i, _)| &key[..=i])).collect();
+        let dirs: Vec<&str> = std::iter::once("")
+            .chain(key.match_indices('/').map(|(i, _)| &key[..=i]))
+            .collect();
         for (i, dir) in dirs.iter().enumerate() {
             match dirs.get(i + 1) {
                 Some(next) => state.dirs.add_dir(dir, next[dir.len()..].trim_end_matches('/')),

@@ -215,7 +215,11 @@ async fn a_listing_further_up_answers_reads_below_a_directory_it_does_not_show()
     let before = counting.counts().get;
     assert!(cache.get("a/z/0/1", GetOptions::default()).await.unwrap().is_none());
     assert!(cache.head("a/z/0").await.unwrap().is_none());
-    assert_eq!(counting.counts().get, before, "a/z/ is not in a/'s listing: nothing sent");
+    assert_eq!(
+        counting.counts().get,
+        before,
+        "a/z/ is not in a/'s listing: nothing sent"
+    );
     assert_eq!(counting.counts().head, 0);
     let lists = counting.counts().list_dir;
     assert!(cache.list_dir("a/z/0/").await.unwrap().is_empty());
@@ -245,7 +249,11 @@ async fn a_value_written_is_added_to_the_listings_kept_and_an_erase_drops_them()
     let before = counting.counts().list_dir;
     cache.list_dir("").await.unwrap();
     cache.list_dir("a/").await.unwrap();
-    assert_eq!(counting.counts().list_dir, before, "the root and a/ show a/b/ already: kept");
+    assert_eq!(
+        counting.counts().list_dir,
+        before,
+        "the root and a/ show a/b/ already: kept"
+    );
     let listed = cache.list_dir("a/b/").await.unwrap();
     assert_eq!(names(&listed), ["0", "1", "2"]);
     assert_eq!(listed[2].kind, EntryKind::File { size: 3 });
