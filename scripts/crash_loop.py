@@ -7,6 +7,7 @@ Usage (with the project's venv, as root, /dev/fuse; build the binary first):
     .venv/bin/python scripts/crash_loop.py --rounds 50 --source local --mode default --seed 1
     .venv/bin/python scripts/crash_loop.py --rounds 20 --source s3 --mode writeback --seed 1
     .venv/bin/python scripts/crash_loop.py --rounds 20 --source s3 --mode journal --seed 1
+    .venv/bin/python scripts/crash_loop.py --rounds 20 --source s3 --mode journal --latency-ms 20
 
 Options:
     --rounds N                 rounds (default 20)
@@ -25,6 +26,8 @@ Options:
                                replayed the journal
     --seed S                   seed of the kill points and delays (default 1)
     --kill-acks LOW,HIGH       acknowledged writes before the kill (default 5,300 local; 3,60 s3)
+    --latency-ms MS            S3 only: the mounts reach moto through zarrfs-delay-proxy adding
+                               this round trip (a cloud's latency; the checks read S3 directly)
     --binary PATH              the zarrfs binary (default $ZARRFS_BIN or target/debug/zarrfs)
     --workdir DIR              mountpoints, logs and downloads (default: a fresh temporary
                                directory, removed at the end unless a round failed)
@@ -94,6 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", choices=list(C.CrashLoop.MODES), default="default")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kill-acks", default=None)
+    ap.add_argument("--latency-ms", type=float, default=0.0)
     ap.add_argument("--binary", default=os.environ.get("ZARRFS_BIN", REPO / "target/debug/zarrfs"))
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--verbose", action="store_true")
@@ -111,6 +115,10 @@ def main(argv=None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
 
     started = False
+    proxy = None
+    if args.latency_ms > 0 and args.source != "s3":
+        print("crash_loop: --latency-ms needs --source s3", file=sys.stderr)
+        return 2
     if args.source == "s3":
         was_running = servers_sh("status", "s3").returncode == 0
         res = servers_sh("start", "s3")
@@ -120,6 +128,11 @@ def main(argv=None) -> int:
         started = not was_running
         prefix = f"crash-loop-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         source = C.S3Source(workdir, prefix)
+        if args.latency_ms > 0:
+            from latency import DelayProxy
+
+            proxy = DelayProxy(source.SR.port("s3"), args.latency_ms, workdir)
+            source.env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
     else:
         source = C.LocalSource(workdir / "src")
 
@@ -145,12 +158,15 @@ def main(argv=None) -> int:
                 print(f"round {n}: could not run:\n{traceback.format_exc()}", flush=True)
     finally:
         source.close()
+        if proxy is not None:
+            proxy.close()
         if started and os.environ.get("ZARRFS_KEEP_SERVERS") != "1":
             servers_sh("stop", "s3")
     summary = C.summarize(loop, time.monotonic() - start)
     print()
-    print(f"crash loop: {args.rounds} rounds, source {args.source}, mode {args.mode}, seed {args.seed}, "
-          f"kill after {kill_acks[0]}..{kill_acks[1]} acks, binary {binary}")
+    through = f" through a {args.latency_ms:g} ms round trip" if proxy is not None else ""
+    print(f"crash loop: {args.rounds} rounds, source {args.source}{through}, mode {args.mode}, "
+          f"seed {args.seed}, kill after {kill_acks[0]}..{kill_acks[1]} acks, binary {binary}")
     print(table(summary))
     if summary.failed or crashed:
         print(f"FAILED (work directory kept: {workdir})")
