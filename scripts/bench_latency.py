@@ -452,12 +452,7 @@ class Bench(Processes):
         if r.returncode != 0 and os.path.ismount(m.mnt):
             subprocess.run(["fusermount3", "-u", str(m.mnt)], capture_output=True, timeout=60)
         if m.pid:
-            deadline = now() + 30
-            while alive(m.pid) and now() < deadline:
-                time.sleep(0.05)
-            if alive(m.pid):
-                say(f"zarrfs {m.pid} still running 30 s after unmount; killing it")
-                os.kill(m.pid, signal.SIGKILL)
+            end_daemon(m.pid)
         if m in self.mounts:
             self.mounts.remove(m)
 
@@ -807,11 +802,7 @@ def run(work: Path, bin_path: str, proxy_path: str) -> int:
     load0 = Path("/proc/loadavg").read_text().split()[:3]
     b = Bench(work, bin_path, proxy_path)
 
-    def on_term(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGHUP, on_term)
+    exit_on_signals()
     try:
         say(f"work directory {work}")
         say("writing the fixture (xarray to_zarr, zarr_format=3, 3 arrays x 16 shards)")
@@ -831,27 +822,58 @@ def run(work: Path, bin_path: str, proxy_path: str) -> int:
     return 0
 
 
-def header(b: Bench, load0: list, total: float) -> str:
-    version = subprocess.run([b.bin, "--version"], capture_output=True, text=True).stdout.strip()
-    digest = hashlib.sha256(Path(b.bin).read_bytes()).hexdigest()[:12]
-    built = time.strftime("%Y-%m-%d %H:%M", time.localtime(Path(b.bin_shown).stat().st_mtime))
+def end_daemon(pid: int) -> None:
+    """Wait up to 30 s for an unmounted daemon to exit, then kill it."""
+    deadline = now() + 30
+    while alive(pid) and now() < deadline:
+        time.sleep(0.05)
+    if alive(pid):
+        say(f"zarrfs {pid} still running 30 s after unmount; killing it")
+        os.kill(pid, signal.SIGKILL)
+
+
+def exit_on_signals() -> None:
+    """SIGTERM and SIGHUP end the run through its `finally` (its mounts, proxies and servers)."""
+    def on_term(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
+
+
+def identity_lines(title: str, bin_path: str, bin_shown: str, built_mtime: float, proxy_shown: str) -> list:
+    """The first lines of a latency bench's header: which binary (version, digest, when built),
+    which source tree, which proxy."""
+    version = subprocess.run([bin_path, "--version"], capture_output=True, text=True).stdout.strip()
+    digest = hashlib.sha256(Path(bin_path).read_bytes()).hexdigest()[:12]
+    built = time.strftime("%Y-%m-%d %H:%M", time.localtime(built_mtime))
     head = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %cd", "--date=format:%Y-%m-%d %H:%M"],
                           capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
+    return [f"{title}: {version}, binary {bin_shown} (sha256 {digest}, built {built}),",
+            f"  source tree at {head}{' (with uncommitted changes)' if dirty else ''}; proxy {proxy_shown}"]
+
+
+def machine_line(can_drop: bool, load0: list, total: float, runs: int) -> str:
+    """The start of a latency bench's header line about the machine and the run."""
+    load1 = Path("/proc/loadavg").read_text().split()[:3]
+    caches = "dropped before each measurement" if can_drop else "NOT dropped (no permission)"
+    return (f"  {os.cpu_count()} cores, page caches {caches}, load avg {' '.join(load0)} at start,"
+            f" {' '.join(load1)} at end; total {total:.0f} s; RUNS={runs} (fastest kept),")
+
+
+def header(b: Bench, load0: list, total: float) -> str:
     rclone = subprocess.run([b.rclone, "version"], capture_output=True, text=True).stdout.split("\n")[0]
     vers = subprocess.run([sys.executable, "-c", "import zarr, xarray, tensorstore, fsspec, importlib.metadata as m; "
                            "print('zarr', zarr.__version__, 'xarray', xarray.__version__, 'tensorstore', "
                            "m.version('tensorstore'), 'fsspec', fsspec.__version__)"],
                           capture_output=True, text=True).stdout.strip()
-    load1 = Path("/proc/loadavg").read_text().split()[:3]
+    built = Path(b.bin_shown).stat().st_mtime
     return "\n".join([
         "",
-        f"zarrfs latency benchmark: {version}, binary {b.bin_shown} (sha256 {digest}, built {built}),",
-        f"  source tree at {head}{' (with uncommitted changes)' if dirty else ''}; "
-        f"proxy {b.proxy_shown}",
-        f"  {os.cpu_count()} cores, page caches {'dropped before each measurement' if b.can_drop else 'NOT dropped (no permission)'},"
-        f" load avg {' '.join(load0)} at start, {' '.join(load1)} at end; total {total:.0f} s; RUNS={b.runs} (fastest kept),"
+        *identity_lines("zarrfs latency benchmark", b.bin, b.bin_shown, built, b.proxy_shown),
+        machine_line(b.can_drop, load0, total, b.runs) +
         f" LATENCIES=\"{' '.join(f'{x:g}' for x in b.latencies)}\" SIZES=\"{' '.join(b.sizes)}\""
         f" ROWS={''.join(sorted(b.rows))} CLIENT_CAP={b.cap:g}{f' FLOOR_RUNS={b.floor_runs}' if 'n' in b.rows else ''}",
         f"  {rclone}; {vers}; servers on 127.0.0.1: nginx (WebDAV port {b.http_port}, index pages {b.http_port + 1}),"
@@ -968,24 +990,30 @@ seconds / row n seconds of the same client and chunk size (b: cp -r, c: rclone, 
 1.00x = at the floor); the ratio column stays vs each row's reference.""")
 
 
+def run_command(prog: str, args: list, run) -> int:
+    """The `run WORK --bin B --proxy P` subcommand of a latency bench (this one's and
+    bench_write_latency.py's): `run(work, bin, proxy)`, a BenchError said and exit status 1."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=f"{prog} run")
+    p.add_argument("work", type=Path)
+    p.add_argument("--bin", required=True)
+    p.add_argument("--proxy", required=True)
+    a = p.parse_args(args)
+    try:
+        return run(a.work.resolve(), a.bin, a.proxy)
+    except BenchError as e:
+        say(f"error: {e}")
+        return 1
+
+
 def main(argv: list) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
         return 2
     cmd, args = argv[0], argv[1:]
     if cmd == "run":
-        import argparse
-
-        p = argparse.ArgumentParser(prog="bench_latency.py run")
-        p.add_argument("work", type=Path)
-        p.add_argument("--bin", required=True)
-        p.add_argument("--proxy", required=True)
-        a = p.parse_args(args)
-        try:
-            return run(a.work.resolve(), a.bin, a.proxy)
-        except BenchError as e:
-            say(f"error: {e}")
-            return 1
+        return run_command("bench_latency.py", args, run)
     if cmd == "client":
         print(json.dumps(client(args[0], args[1], args[2], args[3] if len(args) > 3 else None)))
         return 0
@@ -994,7 +1022,6 @@ def main(argv: list) -> int:
         return 0
     print(f"bench_latency.py: unknown subcommand {cmd}", file=sys.stderr)
     return 2
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

