@@ -167,6 +167,18 @@ def stats(mount) -> dict:
     return mount_stats(mount.path())
 
 
+def settled(mount, timeout: float = 10) -> dict:
+    """The mount's stats once no request is in flight: a fetch still out (a warm-up or a
+    read-ahead going on in the background on a loaded machine) is counted when it starts, and
+    its bytes and kind when it ends."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = stats(mount)
+        if s["requests_in_flight"] == 0 or time.monotonic() > deadline:
+            return s
+        time.sleep(0.05)
+
+
 def delta(before: dict, after: dict) -> dict:
     return {k: after[k] - before.get(k, 0) for k in after}
 

@@ -24,7 +24,7 @@ import pytest
 import seed_remote as SR
 from helpers import walk_files
 from latency import DelayProxy
-from remote import delta, record, remote, stats  # noqa: F401
+from remote import delta, record, remote, settled, stats  # noqa: F401
 
 RTT_MS = 100
 SHAPE, SHARDS, CHUNKS = (256, 256), (32, 32), (8, 8)
@@ -140,10 +140,14 @@ def test_readers_in_one_directory_overlap(slow_view):
         t.start()
     for t in threads:
         t.join(60)
-    waves, d = proxy.waves(mark), delta(s0, stats(view))
+    # Readers whose lookups arrive in the shards' C order are read ahead of (`read_order`):
+    # those fetches may still be out when the readers are done.
+    d = delta(s0, settled(view))
+    waves = proxy.waves(mark)
     record("readers of one directory at latency", rtt_ms=RTT_MS, waves=waves, requests=d)
     assert got == {k: expected[k] for k in keys}, "wrong bytes"
-    # One fetch per shard read: by its reader, or ahead of it (the reads go in order).
-    assert d["get"] == len(keys), f"one fetch per shard: {d}"
-    assert d["index_cache_misses"] + d["read_ahead_indexes"] == len(keys), f"one fetch per shard: {d}"
+    # One fetch per shard: by its reader, or ahead of it; no more ahead than read_order allows.
+    fetched = d["index_cache_misses"] + d["read_ahead_indexes"]
+    assert d["get"] == fetched, f"a shard fetched twice: {d}"
+    assert len(keys) <= fetched <= len(keys) + 16, f"one fetch per shard: {d}"
     assert waves <= 3, f"8 readers of 8 shards in one directory took {waves} round trips: {d}"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 from collections import Counter
 
 import numpy as np
@@ -27,7 +26,7 @@ import pytest
 
 import seed_remote as SR
 from latency import DelayProxy
-from remote import delta, record, remote, stats  # noqa: F401
+from remote import delta, record, remote, settled, stats  # noqa: F401
 
 RTT_MS = 100
 SMALL = dict(shape=(64, 64), chunks=(8, 8), shards=(16, 16))      # 4 × 4 shards
@@ -69,17 +68,6 @@ def slow_view(dataset, mounter, monkeypatch, tmp_path):
 def sent(view) -> list[str]:
     """Every request the daemon sent (method, URL and range), in the order answered."""
     return REQUEST.findall(view.log_text())
-
-
-def settled(view, timeout: float = 10) -> dict:
-    """The mount's stats once no request is in flight (one still out, e.g. of a warm-up going on
-    in the background on a loaded machine, is counted but not logged yet)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        s = stats(view)
-        if s["requests_in_flight"] == 0 or time.monotonic() > deadline:
-            return s
-        time.sleep(0.05)
 
 
 def test_a_chunk_read_right_after_mount_takes_few_round_trips(slow_view):
