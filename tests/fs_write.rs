@@ -17,6 +17,8 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 use zarrfs::fs::inodes::ROOT_INO;
+use zarrfs::fs::journal::record::Kind;
+use zarrfs::fs::journal::Journal;
 use zarrfs::fs::{FileKind, Fs, FsConfig, FsError};
 use zarrfs::store::counting::CountingStore;
 use zarrfs::store::memory::MemoryStore;
@@ -295,6 +297,62 @@ async fn opens_racing_on_one_name_share_one_file() {
         fs.release(reader).await;
     }
     s.chunks.insert(c, vec![b'a' + 3; len]);
+    s.check_fresh().await;
+}
+
+/// A replay asks the store whether it already holds each journaled file for many files at
+/// once: files in 8 shards, stored as journaled but for one, take a few round trips to check,
+/// where one file after another took a round trip or two each.
+#[tokio::test]
+async fn a_replay_checks_the_store_for_many_files_at_once() {
+    let spec = ArraySpec::new(&[16, 2], &[2, 2], &[1, 1]).index(IndexLocation::End, LE_CRC);
+    let mut s = Setup::new(&spec, "", spec.full_chunks(3, 4, 9));
+    let slow = Arc::new(zarrfs::store::latency::LatencyStore::new(
+        s.mem.clone(),
+        Duration::from_millis(20),
+    ));
+    let options = ViewOptions {
+        metadata_ttl: Duration::ZERO,
+        ..ViewOptions::default()
+    };
+    let mut config = FsConfig::read_only(FS_UID, FS_GID, Duration::ZERO);
+    config.writable = true;
+    let dir = tempfile::tempdir().unwrap();
+    let journal = |fs: Fs| {
+        let (journal, replay) = Journal::open(dir.path(), "mem", 1 << 20).unwrap();
+        (fs.with_journal(Arc::new(journal)), replay)
+    };
+    // A mount journals one file of each of the 8 shards and dies before committing; the store
+    // has all but the last already (another commit landed them before the crash).
+    let (fs, _) = journal(Fs::new(View::new(slow.clone(), &options), config.clone()));
+    let files: Vec<(String, Vec<u8>)> = (0..8u64)
+        .map(|i| {
+            let c = vec![2 * i, 1];
+            let data = match i {
+                7 => b"new content".to_vec(),
+                _ => s.chunks[&c].clone(),
+            };
+            (s.path(&c), data)
+        })
+        .collect();
+    let entries = files
+        .iter()
+        .map(|(p, d)| (p.clone(), Kind::Content(bytes::Bytes::from(d.clone()))))
+        .collect();
+    fs.journal().unwrap().append(entries).unwrap();
+    drop(fs);
+    let (fs, replay) = journal(Fs::new(View::new(slow.clone(), &options), config));
+    let since = slow.sent().len();
+    let done = fs.replay_journal(replay).await.unwrap();
+    assert_eq!((done.files, done.already_stored), (1, 7), "{done:?}");
+    let waves = slow.waves(since);
+    // One after another: 3 or 4 each (metadata, index, version, bytes), over 24.
+    assert!(
+        waves <= 6,
+        "8 files in 8 shards took {waves} round trips to check: {:?}",
+        slow.requests(since)
+    );
+    s.chunks.insert(vec![14, 1], b"new content".to_vec());
     s.check_fresh().await;
 }
 

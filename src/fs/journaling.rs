@@ -19,11 +19,15 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 
 use super::handles::WriteState;
 use super::journal::record::Kind;
 use super::journal::{Journal, Replay};
 use super::{Fs, FsError, FsResult};
+
+/// Files of a replay whose place and stored content are looked up at once.
+const REPLAY_CHECKS: usize = 32;
 
 /// What a mount's replay of its journal did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -139,14 +143,29 @@ impl Fs {
             torn_records: replay.torn_segments,
             ..Replayed::default()
         };
+        // Where each file goes and whether the store holds it already, asked for many files
+        // at once (each check may cost a round trip to a remote store), in journal order.
+        let placed = futures::stream::iter(replay.files)
+            .map(|(path, data)| async move {
+                let at = self.view.locate(&path).await?;
+                let target = self.view.write_target(&at).await?;
+                let stored = match target {
+                    Some(_) => self.stored_as(&at, &data).await,
+                    None => false,
+                };
+                Ok::<_, FsError>((path, data, target, stored))
+            })
+            .buffered(REPLAY_CHECKS)
+            .collect::<Vec<_>>()
+            .await;
         let mut batch = Vec::new();
-        for (path, data) in replay.files {
-            let at = self.view.locate(&path).await?;
-            let Some(target) = self.view.write_target(&at).await? else {
+        for placed in placed {
+            let (path, data, target, stored) = placed?;
+            let Some(target) = target else {
                 done.dropped.push(path);
                 continue;
             };
-            if self.stored_as(&at, &data).await {
+            if stored {
                 done.already_stored += 1;
                 continue;
             }
