@@ -162,7 +162,7 @@ impl Fs {
         if !self.config.writable {
             return Err(FsError::ReadOnly);
         }
-        self.getattr(ino).await
+        self.attr_now(ino).await
     }
 
     pub fn fail(&self, op: &str, ino: u64, e: &FsError) -> i32 {
@@ -252,8 +252,14 @@ impl Fs {
         self.inodes.forget(ino, n);
     }
 
+    /// The kernel asks for a file's attributes (counted as its GETATTR requests).
     pub async fn getattr(&self, ino: u64) -> FsResult<Attr> {
         self.ops.count(&self.ops.getattrs);
+        self.attr_now(ino).await
+    }
+
+    /// A file's attributes as they are now.
+    pub(crate) async fn attr_now(&self, ino: u64) -> FsResult<Attr> {
         let at = self.view.locate(&self.path_of(ino)?).await?;
         if let Some(attr) = self.local_attr(ino, &at).await {
             return Ok(attr);

@@ -55,7 +55,7 @@ impl Fs {
         let ino = self.inodes.lookup(&path);
         let fh = self.files.insert(FileHandle::writer(ino, file, true));
         // Metadata being written shows as stored (see `local_attr`).
-        let attr = self.getattr(ino).await?;
+        let attr = self.attr_now(ino).await?;
         Ok((attr, fh))
     }
 
@@ -264,12 +264,12 @@ impl Fs {
             .ok_or(FsError::FileTooLarge)?;
         if let Some(handle) = fh.and_then(|fh| self.files.get(fh)).filter(|h| h.written().is_some()) {
             self.resize(&handle, size).await?;
-            return self.getattr(ino).await;
+            return self.attr_now(ino).await;
         }
         if let Some((file, Sink::Commit(_))) = self.inodes.file_at(&path) {
             // Open for writing elsewhere: change the shared content; its close commits it.
             self.load(&file).await?.resize(size as u64)?;
-            return self.getattr(ino).await;
+            return self.attr_now(ino).await;
         }
         let at = self.view.locate(&path).await?;
         let fh = self.open_write(None, &at, false, true).await?;
@@ -278,7 +278,7 @@ impl Fs {
         let result = self.flush(fh).await;
         self.release(fh).await;
         result?;
-        self.getattr(ino).await
+        self.attr_now(ino).await
     }
 
     async fn resize(&self, handle: &FileHandle, size: usize) -> FsResult<()> {
