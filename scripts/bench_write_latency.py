@@ -50,7 +50,7 @@ from bench_latency import (  # noqa: E402
 from mount_stats import mount_stats  # noqa: E402
 
 SIZES = ("small", "large")
-ALL_ROWS = ("ref-up", "ref-files", "journal", "no-journal", "write-back", "xarray")
+ALL_ROWS = ("ref-up", "ref-files", "disk-sync", "journal", "no-journal", "write-back", "xarray")
 BUCKET = "zarrfs"
 TIMEOUT = 900  # any step that takes longer is taken for a hang: recorded as an error, with the daemon's log
 COUNTERS = ("shard_commits", "set", "set_bytes", "get", "get_bytes", "erase", "http_requests", "fuse_flushes")
@@ -549,6 +549,34 @@ class WBench(Processes):
             self.forget(prefix)
         return rec
 
+    def disk_sync(self, size: str) -> dict:
+        """The local unsharded chunk files copied to the work directory's disk (where the
+        journal lives), each written and fdatasynced before the next is opened: what closing one
+        file after another durably on this disk costs with no FUSE and no network, the floor
+        under the journal row's cp."""
+        src = self.fx / "unsharded" / size / VAR / "c"
+        dst = self.work / "disk-sync"
+        shutil.rmtree(dst, ignore_errors=True)
+        self.drop_caches()
+        files = 0
+        t0 = time.monotonic()
+        for d, _, names in os.walk(src):
+            out = dst / os.path.relpath(d, src)
+            out.mkdir(parents=True, exist_ok=True)
+            for name in names:
+                data = (Path(d) / name).read_bytes()
+                with open(out / name, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fdatasync(f.fileno())
+                files += 1
+        secs = time.monotonic() - t0
+        want = len(expected_keys("unsharded", size)) - 1  # the chunk files, not zarr.json
+        same = files == want and tree_bytes(dst) == tree_bytes(src)
+        shutil.rmtree(dst, ignore_errors=True)
+        return {"seconds": secs, "files": files,
+                "check": "ok" if same else f"copied {files} files of {want}, or other bytes"}
+
     def zarrfs_cp(self, proxy: Proxy, lat: float, size: str, rid: str, args: tuple, cap: float | None) -> dict:
         """A fresh prefix holding the empty sharded array; a fresh mount (ARGS) of it; cp -r of
         the local unsharded chunk files into its c/; the commit of everything pending and
@@ -694,6 +722,10 @@ class WBench(Processes):
                     self.row(lat, size, "ref-files", "rclone: the unsharded files",
                              ref_what="ref-up" if ref else "", ref=ref,
                              z=lambda: self.best(lambda: self.rclone_up(proxy, lat, size, "ref-files", "unsharded")))
+                if "disk-sync" in self.rows:
+                    self.row(lat, size, "disk-sync", "local disk: a file at a time, fdatasync each",
+                             ref_what="ref-up" if ref else "", ref=ref,
+                             z=lambda: self.best(lambda: self.disk_sync(size)))
                 for rid, (args, what) in ZARRFS_ROWS.items():
                     if rid not in self.rows:
                         continue
@@ -852,6 +884,11 @@ ref-up: rclone copy of the sharded store (zarr.json + 16 shards) from local disk
 transfers: the same bytes uploaded the way a tool that knows nothing of Zarr would, the
 reference. ref-files: rclone copy of the unsharded files (zarr.json + one object per inner
 chunk), 16 transfers: what per-file uploads cost, for information.
+disk-sync: the same chunk files copied to the local disk the journal is on, by a Python loop
+that writes each and fdatasyncs it before the next (no FUSE, no network): what "close() returns
+once the file is durable on local disk" costs one file after another on this machine, a floor
+under the journal row's cp (its ratio: the best the journal row could do here if FUSE and the
+store cost nothing).
 journal: a prefix holding an empty sharded array (zarr.json, no chunks) mounted with the default
 settings (the journal on local disk, write-back after 1 s), cp -r of a local unsharded copy's c/.
 into the mount's array c/, then the commit of everything pending and zarrfs unmount. The time runs

@@ -9,6 +9,8 @@
 #               reference
 #   ref-files   rclone copy of the unsharded files (one object per inner chunk), 16 transfers:
 #               what per-file uploads cost, for information
+#   disk-sync   the chunk files copied to the local disk the journal is on, each fdatasynced
+#               before the next (no FUSE, no network): the floor under the journal row's cp
 #   journal     a fresh mount (default settings) of a prefix holding the empty sharded array:
 #               cp -r of a local unsharded copy's c/. into the mount, then zarrfs unmount (its
 #               commit of what is pending first); timed from cp's start to unmount's return;
@@ -39,7 +41,7 @@
 #                          else target/release/zarrfs-delay-proxy)
 #        LATENCIES         round trips in ms (default "0 20 50")
 #        SIZES             "small large" (default both: 8 KiB and 128 KiB inner chunks)
-#        ROWS              of "ref-up ref-files journal no-journal write-back xarray" (default all)
+#        ROWS              of "ref-up ref-files disk-sync journal no-journal write-back xarray" (default all)
 #        RUNS              timed runs per measurement, the fastest is kept (default 1)
 #        CAP               seconds after which a no-journal row is stopped (default 120)
 #        NO_JOURNAL_LATENCIES  round trips at which no-journal runs (default "0")

@@ -86,7 +86,7 @@ impl Spares {
     pub(super) fn take(&self, path: &Path) -> std::io::Result<Option<File>> {
         let taken = match self.is_ready() {
             true => match std::fs::rename(self.dir.join(SPARE), path) {
-                Ok(()) => Some(OpenOptions::new().write(true).open(path)?),
+                Ok(()) => Some(cached(OpenOptions::new().write(true).open(path)?)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => return Err(e),
             },
@@ -123,6 +123,18 @@ impl Spares {
             self.filling.store(false, Ordering::Release);
         }
     }
+}
+
+/// `file`, with the kernel asked to read it into the page cache in the background. Records do
+/// not end on page boundaries, so an append whose last page is not cached would first read that
+/// page from disk (a spare's pages go when memory is short, or when caches are dropped): about
+/// a fifth more per close.
+fn cached(file: File) -> File {
+    use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+    if let Err(e) = posix_fadvise(&file, 0, 0, PosixFadviseAdvice::POSIX_FADV_WILLNEED) {
+        tracing::debug!("could not ask for a journal segment to be read ahead: {e}");
+    }
+    file
 }
 
 fn is_ready(dir: &Path, size: u64) -> bool {
