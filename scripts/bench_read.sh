@@ -10,6 +10,8 @@
 #             (writable) mount and from a --read-only one
 #   parallel  8 concurrent cp processes over the array's files (as `gsutil -m cp` would), cold
 #   find, ls -lR  over an array of 65,536 chunk files, warm
+# Warm rows and walks also run on a --read-only --metadata-ttl indefinite mount ("ri"), where
+# the kernel keeps directory listings, entries and attributes.
 #
 # Usage: scripts/bench_read.sh
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs)
@@ -108,7 +110,14 @@ MNT_RO="$WORK/mnt-ro"
 mkdir -p "$MNT_RO"
 RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$SRC" "$MNT_RO" --read-only --log-file "$WORK/zarrfs-ro.log"
 DAEMON_PIDS="$DAEMON_PIDS $(pgrep -f -- "mount $SRC $MNT_RO" || true)"
-trap 'fusermount3 -u "$MNT_RO" 2>/dev/null || umount -l "$MNT_RO" 2>/dev/null || true; rm -rf "$OUT"; cleanup' EXIT
+# A third: --read-only --metadata-ttl indefinite, for a dataset that does not change: the kernel
+# also keeps directory listings, entries and attributes for good.
+MNT_RI="$WORK/mnt-ri"
+mkdir -p "$MNT_RI"
+RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$SRC" "$MNT_RI" --read-only --metadata-ttl indefinite \
+    --log-file "$WORK/zarrfs-ri.log"
+DAEMON_PIDS="$DAEMON_PIDS $(pgrep -f -- "mount $SRC $MNT_RI" || true)"
+trap 'for m in "$MNT_RO" "$MNT_RI"; do fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done; rm -rf "$OUT"; cleanup' EXIT
 
 for size in "${SIZES[@]}" many; do
     say "native copy of bench/$size (cp -r from the view)"
@@ -122,7 +131,7 @@ done
 printf "size\tfiles\tbytes\tview_s\tnative_s\tts_s\n" > "$RESULTS"
 RESULTS2="$WORK/results2.tsv"
 RESULTS3="$WORK/results3.tsv"
-printf "size\tfiles\tview_warm_s\tro_warm_s\tnative_warm_s\tview_par_s\tnative_par_s\n" > "$RESULTS2"
+printf "size\tfiles\tview_warm_s\tro_warm_s\tri_warm_s\tnative_warm_s\tview_par_s\tnative_par_s\n" > "$RESULTS2"
 for size in "${SIZES[@]}"; do
     files=$(find "$WORK/native/$size" -type f ! -name zarr.json | wc -l)
     bytes=$(find "$WORK/native/$size" -type f ! -name zarr.json -printf '%s\n' | awk '{s+=$1} END {print s+0}')
@@ -134,18 +143,20 @@ for size in "${SIZES[@]}"; do
     say "timing bench/$size: warm and parallel copies"
     w_view=$(time_warm copy_tree "$MNT/bench/$size" "$OUT/view_$size")
     w_ro=$(time_warm copy_tree "$MNT_RO/bench/$size" "$OUT/ro_$size")
+    w_ri=$(time_warm copy_tree "$MNT_RI/bench/$size" "$OUT/ri_$size")
     w_native=$(time_warm copy_tree "$WORK/native/$size" "$OUT/native_$size")
     p_view=$(time_fastest copy_parallel "$MNT/bench/$size" "$OUT/view_$size")
     p_native=$(time_fastest copy_parallel "$WORK/native/$size" "$OUT/native_$size")
-    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$size" "$files" "$w_view" "$w_ro" "$w_native" "$p_view" "$p_native" >> "$RESULTS2"
+    printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$size" "$files" "$w_view" "$w_ro" "$w_ri" "$w_native" "$p_view" "$p_native" >> "$RESULTS2"
 done
 files=$(find "$WORK/native/many" -type f | wc -l)
 say "timing find and ls -lR over bench/many ($files files), warm"
-printf "walk\tfiles\tview_s\tnative_s\n" > "$RESULTS3"
+printf "walk\tfiles\tview_s\tri_s\tnative_s\n" > "$RESULTS3"
 for walk in find ls; do
     t_view=$(time_warm "walk_$walk" "$MNT/bench/many")
+    t_ri=$(time_warm "walk_$walk" "$MNT_RI/bench/many")
     t_native=$(time_warm "walk_$walk" "$WORK/native/many")
-    printf "%s\t%s\t%s\t%s\n" "$walk" "$files" "$t_view" "$t_native" >> "$RESULTS3"
+    printf "%s\t%s\t%s\t%s\t%s\n" "$walk" "$files" "$t_view" "$t_ri" "$t_native" >> "$RESULTS3"
 done
 
 # -- table
@@ -170,21 +181,23 @@ for r in rows:
 print("view/native: speed of cp -r from the mount relative to cp -r of the same files on disk")
 print("view/ts: how many times faster cp -r from the mount is than a tensorstore re-encode")
 print()
-head = ("inner chunks", "files", "warm view s", "warm ro s", "warm native s", "warm v/n",
-        "warm ro/n", "8-par view s", "8-par native s", "8-par v/n")
+head = ("inner chunks", "files", "warm view s", "warm ro s", "warm ri s", "warm native s", "warm v/n",
+        "warm ro/n", "warm ri/n", "8-par view s", "8-par native s", "8-par v/n")
 print("  ".join(f"{h:>14s}" for h in head))
 for r in csv.DictReader(open(sys.argv[2]), delimiter="\t"):
-    wv, wr, wn, pv, pn = (float(r[k]) for k in ("view_warm_s", "ro_warm_s", "native_warm_s",
-                                                 "view_par_s", "native_par_s"))
-    cells = (LABELS[r["size"]], r["files"], f"{wv:.3f}", f"{wr:.3f}", f"{wn:.3f}", f"{wn / wv:.2f}x",
-             f"{wn / wr:.2f}x", f"{pv:.3f}", f"{pn:.3f}", f"{pn / pv:.2f}x")
+    wv, wr, wi, wn, pv, pn = (float(r[k]) for k in ("view_warm_s", "ro_warm_s", "ri_warm_s", "native_warm_s",
+                                                     "view_par_s", "native_par_s"))
+    cells = (LABELS[r["size"]], r["files"], f"{wv:.3f}", f"{wr:.3f}", f"{wi:.3f}", f"{wn:.3f}", f"{wn / wv:.2f}x",
+             f"{wn / wr:.2f}x", f"{wn / wi:.2f}x", f"{pv:.3f}", f"{pn:.3f}", f"{pn / pv:.2f}x")
     print("  ".join(f"{c:>14s}" for c in cells))
 print("warm: cp -r again with all caches kept (view: the default, writable mount; ro: a --read-only")
-print("mount, where the kernel reads files without opening them); 8-par: 8 concurrent cp, cold;")
-print("v/n: speed from the mount relative to the same on the native filesystem")
+print("mount, where the kernel reads files without opening them; ri: --read-only --metadata-ttl")
+print("indefinite, where the kernel also keeps listings, entries and attributes); 8-par: 8 concurrent")
+print("cp, cold; v/n: speed from the mount relative to the same on the native filesystem")
 print()
 for r in csv.DictReader(open(sys.argv[3]), delimiter="\t"):
-    v, n = float(r["view_s"]), float(r["native_s"])
+    v, i, n = float(r["view_s"]), float(r["ri_s"]), float(r["native_s"])
     walk = {"find": "find", "ls": "ls -lR"}[r["walk"]]
-    print(f"{walk:>8s} over {r['files']} chunk files, warm: view {v:.3f} s, native {n:.3f} s, view/native {n / v:.2f}x")
+    print(f"{walk:>8s} over {r['files']} chunk files, warm: view {v:.3f} s, ri {i:.3f} s, native {n:.3f} s,"
+          f" view/native {n / v:.2f}x, ri/native {n / i:.2f}x")
 EOF

@@ -289,6 +289,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
     fs_config.xattrs = settings.xattr;
+    fs_config.kernel_listings = settings.metadata_ttl >= crate::fs::kernel_listings::MIN_TTL;
     let counters = StoreCounters {
         store: counters,
         wire,

@@ -215,24 +215,34 @@ pub type Entries = Arc<Vec<(String, Node)>>;
 #[derive(Debug)]
 pub struct DirHandle {
     pub path: Arc<str>,
-    listing: std::sync::Mutex<(u64, Entries)>,
+    /// The listing, and the mount's change generation it was taken at (`None`: not taken yet).
+    listing: std::sync::Mutex<(Option<u64>, Entries)>,
 }
 
 impl DirHandle {
     pub fn new(path: Arc<str>, generation: u64, entries: Vec<(String, Node)>) -> Self {
         DirHandle {
             path,
-            listing: std::sync::Mutex::new((generation, Arc::new(entries))),
+            listing: std::sync::Mutex::new((Some(generation), Arc::new(entries))),
         }
     }
 
-    pub fn listing(&self) -> (u64, Entries) {
+    /// A handle whose listing is taken when first read (the kernel lists the directory from
+    /// what it kept, and reads the handle only if it no longer has that).
+    pub fn unlisted(path: Arc<str>) -> Self {
+        DirHandle {
+            path,
+            listing: std::sync::Mutex::new((None, Arc::default())),
+        }
+    }
+
+    pub fn listing(&self) -> (Option<u64>, Entries) {
         let l = self.listing.lock().unwrap_or_else(|e| e.into_inner());
         (l.0, l.1.clone())
     }
 
     pub fn replace(&self, generation: u64, entries: Entries) {
-        *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = (generation, entries);
+        *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = (Some(generation), entries);
     }
 }
 

@@ -15,6 +15,7 @@ pub mod handles;
 pub mod inodes;
 pub mod journal;
 mod journaling;
+pub mod kernel_listings;
 mod overlay;
 mod readdir;
 mod rename;
@@ -40,7 +41,7 @@ pub type FsResult<T> = Result<T, FsError>;
 pub use counters::Counters;
 use counters::OpCounts;
 pub use journaling::Replayed;
-pub use types::{Attr, DirItem, FileKind, FsConfig, Opened, StatFs};
+pub use types::{Attr, DirItem, FileKind, FsConfig, Opened, OpenedDir, StatFs};
 pub use xattr::{STATS_IOCTL, STATS_IOCTL_SIZE};
 
 /// The name of the extended attribute that tells where a file's bytes are stored.
@@ -64,6 +65,8 @@ pub struct Fs {
     writeback: Option<writeback::WriteBack>,
     /// Closed files made durable on local disk until committed (`journaling.rs`).
     journal: Option<Arc<journal::Journal>>,
+    /// What the kernel keeps of directory listings, when it may (`FsConfig::kernel_listings`).
+    kernel_listings: Option<kernel_listings::KernelListings>,
     budget: Arc<buffer::Budget>,
     /// Bumped at the end of every operation that may change a name, size or content: open
     /// directory handles take their listing again when it moved (see `readdir.rs`).
@@ -104,6 +107,9 @@ impl Fs {
     pub fn new(view: View, config: FsConfig) -> Self {
         let writeback = config.write_back_delay.map(writeback::WriteBack::new);
         let budget = buffer::Budget::new(config.write_buffer_bytes, config.spill_dir.clone());
+        let kernel_listings = config
+            .kernel_listings
+            .then(|| kernel_listings::KernelListings::new(config.attr_ttl));
         Fs {
             view,
             inodes: InodeTable::new(),
@@ -117,6 +123,7 @@ impl Fs {
             unopened: unopened::Snapshots::default(),
             writeback,
             journal: None,
+            kernel_listings,
             budget,
             changes: std::sync::atomic::AtomicU64::new(0),
         }

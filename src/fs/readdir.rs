@@ -9,13 +9,32 @@
 //! listings found both: writes failing with ENOENT, files read as empty). Paging goes on after
 //! the last name returned, so no name is returned twice or skipped.
 
+use super::kernel_listings::fingerprint;
 use super::*;
 
 impl Fs {
     /// Open a directory: its listing is taken now and read from the handle.
     pub async fn opendir(&self, ino: u64) -> FsResult<u64> {
+        Ok(self.open_dir(ino).await?.fh)
+    }
+
+    /// Open a directory, and say whether the kernel may keep its listing and go on using what
+    /// it kept (see `kernel_listings`).
+    pub async fn open_dir(&self, ino: u64) -> FsResult<OpenedDir> {
         let path = self.path_of(ino)?;
         let generation = self.generation();
+        if self
+            .kernel_listings
+            .as_ref()
+            .is_some_and(|k| k.still_kept(&path, generation))
+        {
+            // The kernel lists it from what it kept: nothing to take now, unless it asks.
+            return Ok(OpenedDir {
+                fh: self.dirs.insert(DirHandle::unlisted(path)),
+                cache: true,
+                keep_cache: true,
+            });
+        }
         let unstored = self.unstored_below(&path);
         let mut entries = self.view.list(&path).await?;
         // Only a directory has entries; an empty listing may also be a file, or nothing now.
@@ -23,34 +42,50 @@ impl Fs {
             return Err(FsError::NotADirectory);
         }
         self.add_unstored(unstored, &mut entries).await;
-        Ok(self.dirs.insert(DirHandle::new(path, generation, entries)))
+        let (cache, keep_cache) = match &self.kernel_listings {
+            Some(kept) => (true, kept.open(&path, fingerprint(&entries), generation)),
+            None => (false, false),
+        };
+        Ok(OpenedDir {
+            fh: self.dirs.insert(DirHandle::new(path, generation, entries)),
+            cache,
+            keep_cache,
+        })
     }
 
     /// The listing of an open directory as of now: the handle's snapshot, or a new one when
     /// the mount changed something since; with `offset` moved to go on after the last name
     /// returned from the old one. A directory that cannot be listed again keeps its snapshot.
-    async fn current_listing(&self, handle: &DirHandle, offset: u64) -> (Arc<Vec<(String, Node)>>, usize) {
+    /// A handle opened without a listing (the kernel was to list from what it kept) takes one
+    /// now; its offsets are those of the listing the kernel kept, which this one is unless the
+    /// directory changed since.
+    async fn current_listing(&self, handle: &DirHandle, offset: u64) -> FsResult<(Arc<Vec<(String, Node)>>, usize)> {
         let offset = usize::try_from(offset).unwrap_or(usize::MAX);
         let (taken, entries) = handle.listing();
         let generation = self.generation();
-        if taken == generation {
-            return (entries, offset);
+        if taken == Some(generation) {
+            return Ok((entries, offset));
         }
         let unstored = self.unstored_below(&handle.path);
         let mut fresh = match self.view.list(&handle.path).await {
             Ok(fresh) => fresh,
-            Err(_) => return (entries, offset),
+            Err(e) if taken.is_none() => return Err(e.into()),
+            Err(_) => return Ok((entries, offset)),
         };
         self.add_unstored(unstored, &mut fresh).await;
         let fresh = Arc::new(fresh);
         // Offsets 0..=2 are the start, after `.`, after `..`; entry i was returned with i + 3.
-        let next = match offset.checked_sub(3).map(|i| entries.get(i)) {
+        let next = match offset
+            .checked_sub(3)
+            .map(|i| entries.get(i))
+            .filter(|_| taken.is_some())
+        {
             None => offset,
             Some(None) => 2 + fresh.len(),
             Some(Some((last, _))) => 2 + fresh.partition_point(|(name, _)| name <= last),
         };
         handle.replace(generation, fresh.clone());
-        (fresh, next)
+        Ok((fresh, next))
     }
 
     /// What the store may not show yet in directory `dir`: files the mount holds (being
@@ -122,7 +157,10 @@ impl Fs {
         self.ops.count(&self.ops.readdirs);
         let handle = self.dirs.get(fh).ok_or(FsError::BadHandle)?;
         let parent_ino = self.inodes.peek(parent_path(&handle.path)).unwrap_or(ROOT_INO);
-        let (entries, next) = self.current_listing(&handle, offset).await;
+        let (entries, next) = self.current_listing(&handle, offset).await?;
+        if let Some(kept) = self.kernel_listings.as_ref().filter(|_| offset == 0) {
+            kept.served_from_start(&handle.path, fingerprint(&entries));
+        }
         Ok(DirItems {
             path: handle.path.clone(),
             entries,

@@ -30,6 +30,10 @@ pub struct FsConfig {
     /// asking after the first `getxattr` (ENOSYS), where `ls -l` would otherwise send two
     /// round trips per file (`security.selinux`, `system.posix_acl_access`).
     pub xattrs: bool,
+    /// The kernel keeps directory listings (`FOPEN_CACHE_DIR`) while they are unchanged and
+    /// their entries valid (`attr_ttl`): set when `--metadata-ttl` is long enough for it to pay
+    /// (see `fs/kernel_listings.rs`).
+    pub kernel_listings: bool,
 }
 
 impl FsConfig {
@@ -64,6 +68,7 @@ impl FsConfig {
             write_buffer_bytes: 256 << 20,
             spill_dir: std::env::temp_dir(),
             xattrs: false,
+            kernel_listings: false,
         }
     }
 }
@@ -72,6 +77,15 @@ impl FsConfig {
 pub enum FileKind {
     File,
     Dir,
+}
+
+/// An open directory handle, whether the kernel may keep the listing it reads, and whether it
+/// may go on using the listing it kept.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenedDir {
+    pub fh: u64,
+    pub cache: bool,
+    pub keep_cache: bool,
 }
 
 /// An open file handle, whether the kernel may keep its cached pages of the file, whether

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner, OpenAccMode,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, FileHandle, Filesystem, Generation, INodeNo, KernelConfig, LockOwner, OpenAccMode, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use tokio::runtime::Handle;
 
@@ -138,9 +138,9 @@ impl Filesystem for ZarrFuse {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let fs = self.fs.clone();
-        let request = async move { fs.opendir(ino.0).await };
-        self.answer(op(req, "opendir", ino), reply, request, |r, fh| {
-            r.opened(FileHandle(fh), FopenFlags::empty())
+        let request = async move { fs.open_dir(ino.0).await };
+        self.answer(op(req, "opendir", ino), reply, request, |r, opened| {
+            r.opened(FileHandle(opened.fh), reply::dir_open_flags(&opened))
         });
     }
 

@@ -9,7 +9,7 @@ use fuser::{
     ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
 
-use crate::fs::{Attr, DirItem, FileKind, Fs, FsError, Opened};
+use crate::fs::{Attr, DirItem, FileKind, Fs, FsError, Opened, OpenedDir};
 
 /// A reply that can carry an error.
 pub trait ErrorReply: Send + 'static {
@@ -92,6 +92,14 @@ pub fn open_flags(opened: &Opened) -> FopenFlags {
     // close() of a handle that cannot write needs no round trip.
     flags.set(FopenFlags::FOPEN_NOFLUSH, opened.no_flush);
     flags.set(FopenFlags::FOPEN_DIRECT_IO, opened.direct_io);
+    flags
+}
+
+/// The kernel's flags for an opened directory (see `fs/kernel_listings.rs`).
+pub fn dir_open_flags(opened: &OpenedDir) -> FopenFlags {
+    let mut flags = FopenFlags::empty();
+    flags.set(FopenFlags::FOPEN_CACHE_DIR, opened.cache);
+    flags.set(FopenFlags::FOPEN_KEEP_CACHE, opened.cache && opened.keep_cache);
     flags
 }
 

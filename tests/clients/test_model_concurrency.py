@@ -22,7 +22,7 @@ from workload import (bad_errnos, final_reads, make_chunk_dirs, run_workload, st
 from writing import build, mount_writable, payload_spec, shard_problems, temp_files
 
 SECONDS = float(os.environ.get("ZARRFS_MODEL_SECONDS", "12"))
-TTL = 0.5
+TTL = float(os.environ.get("ZARRFS_MODEL_TTL", "0.5"))  # 10 or more: the kernel keeps listings
 WEIGHTS = dict((k, int(v)) for k, v in (kv.split("=") for kv in os.environ["ZARRFS_MODEL_WEIGHTS"].split(","))) \
     if os.environ.get("ZARRFS_MODEL_WEIGHTS") else None
 SEED = int(os.environ.get("ZARRFS_MODEL_SEED", str(int(time.time()) % 100000)))
