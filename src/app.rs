@@ -289,7 +289,10 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
     fs_config.xattrs = settings.xattr;
-    fs_config.kernel_listings = settings.metadata_ttl >= crate::fs::kernel_listings::MIN_TTL;
+    // A store that cannot be listed shows in a listing what lookups have found so far: the
+    // kernel must not keep one.
+    fs_config.kernel_listings =
+        settings.metadata_ttl >= crate::fs::kernel_listings::MIN_TTL && store.capabilities().listable;
     let counters = StoreCounters {
         store: counters,
         wire,

@@ -246,7 +246,7 @@ pub fn mount_long_options() -> Vec<LongOption> {
 /// Seconds (fractions allowed) or `indefinite`.
 fn parse_ttl(s: &str) -> Result<Duration, String> {
     if s.eq_ignore_ascii_case("indefinite") {
-        return Ok(Duration::from_secs(u64::MAX / 4));
+        return Ok(crate::fs::INDEFINITE_TTL);
     }
     match s.parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok(Duration::from_secs_f64(secs.min(1e9))),

@@ -18,7 +18,12 @@
 //! start was since served from another handle (two opens racing on a changing directory), which
 //! the kernel may have kept instead: then nothing is known, and the next `opendir` drops it.
 //!
-//! Used when `--metadata-ttl` is at least [`MIN_TTL`] (see `FsConfig::kernel_listings`).
+//! With `--metadata-ttl indefinite` the view never asks the source again about what it has, so
+//! while the mount changed nothing the listing is not even taken: the kernel lists from what it
+//! kept, with no work in the daemon at all (`still_kept`).
+//!
+//! Used when `--metadata-ttl` is at least [`MIN_TTL`] and the source can be listed (see
+//! `FsConfig::kernel_listings`): on one that cannot, a listing shows what lookups found so far.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -93,15 +98,19 @@ impl KernelListings {
     }
 
     /// Whether the kernel may go on using what it kept of `dir` without the listing being taken
-    /// again: it was given less than the TTL ago and the mount changed nothing since it was last
-    /// taken. A listing the kernel keeps is then trusted for the TTL from when it was handed
-    /// over, as the kernel trusts the entries and attributes handed over with it; changes by
-    /// this mount take it again (and the kernel drops its copy itself on those it sees).
+    /// again: only with an indefinite TTL (the view then never looks at the source again for
+    /// what it has, so a listing can change only through this mount), and when the mount
+    /// changed nothing since the listing was last taken. With a finite TTL the listing is taken
+    /// at every `opendir`: the view may have learnt of a change since (a shard index reloaded
+    /// by a read), which must show at the next listing.
     pub fn still_kept(&self, dir: &str, generation: u64) -> bool {
+        if self.ttl < super::INDEFINITE_TTL {
+            return false;
+        }
         let mut given = self.given();
         given
             .get(dir)
-            .is_some_and(|g| g.fingerprint.is_some() && g.generation == generation && g.at.elapsed() < self.ttl)
+            .is_some_and(|g| g.fingerprint.is_some() && g.generation == generation)
     }
 
     /// A listing of `dir` of `fingerprint` is served from its start: if it is not the one the
@@ -174,7 +183,7 @@ mod tests {
 
     #[test]
     fn still_kept_without_listing_while_the_mount_changed_nothing() {
-        let k = KernelListings::new(Duration::from_millis(100));
+        let k = KernelListings::new(crate::fs::INDEFINITE_TTL);
         let a = fingerprint(&listing(&["0"]));
         assert!(!k.still_kept("c", 3), "nothing given");
         assert!(!k.open("c", a, 3));
@@ -185,8 +194,13 @@ mod tests {
         k.served_from_start("c", fingerprint(&listing(&["1"])));
         assert!(!k.still_kept("c", 4), "the kernel may hold another listing");
         assert!(!k.open("c", a, 4));
-        std::thread::sleep(Duration::from_millis(120));
-        assert!(!k.still_kept("c", 4), "given over a TTL ago");
+        let finite = KernelListings::new(Duration::from_secs(3600));
+        assert!(!finite.open("c", a, 4));
+        assert!(finite.open("c", a, 4));
+        assert!(
+            !finite.still_kept("c", 4),
+            "with a finite TTL the listing is always taken"
+        );
     }
 
     #[test]

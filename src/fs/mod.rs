@@ -41,7 +41,7 @@ pub type FsResult<T> = Result<T, FsError>;
 pub use counters::Counters;
 use counters::OpCounts;
 pub use journaling::Replayed;
-pub use types::{Attr, DirItem, FileKind, FsConfig, Opened, OpenedDir, StatFs};
+pub use types::{Attr, DirItem, FileKind, FsConfig, Opened, OpenedDir, StatFs, INDEFINITE_TTL};
 pub use xattr::{STATS_IOCTL, STATS_IOCTL_SIZE};
 
 /// The name of the extended attribute that tells where a file's bytes are stored.

@@ -6,6 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use crate::view::Node;
 
+/// `--metadata-ttl indefinite`: longer than any number of seconds the option takes.
+pub const INDEFINITE_TTL: Duration = Duration::from_secs(u64::MAX / 4);
+
 #[derive(Debug, Clone)]
 pub struct FsConfig {
     pub uid: u32,
