@@ -15,6 +15,7 @@
 //! implementations only support [`Precondition::Any`].
 
 pub mod counting;
+pub mod disk_cache;
 pub mod error;
 pub mod fault;
 mod invalidating;
