@@ -116,12 +116,15 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
             n("commit_conflicts")
         ),
         format!(
-            "kernel requests {} lookup, {} getattr, {} open, {} read, {} readdir, {} getxattr \
-             (what the kernel's caches did not answer)",
+            "kernel requests {} lookup, {} getattr, {} open, {} read, {} opendir ({} listed from \
+             the kernel's kept listing), {} readdir, {} getxattr (what the kernel's caches did not \
+             answer)",
             n("fuse_lookups"),
             n("fuse_getattrs"),
             n("fuse_opens"),
             n("fuse_reads"),
+            n("fuse_opendirs"),
+            n("kernel_listings_kept"),
             n("fuse_readdirs"),
             n("fuse_getxattrs")
         ),

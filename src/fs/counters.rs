@@ -19,6 +19,9 @@ pub struct OpCounts {
     pub(super) opens: AtomicU64,
     pub(super) reads: AtomicU64,
     pub(super) readdirs: AtomicU64,
+    pub(super) opendirs: AtomicU64,
+    /// Directory opens answered with the kernel's kept listing (`kernel_listings`).
+    pub(super) listings_kept: AtomicU64,
     pub(super) getxattrs: AtomicU64,
     pub(super) flushes: AtomicU64,
 }
@@ -37,6 +40,8 @@ impl OpCounts {
             ("fuse_opens", &self.opens),
             ("fuse_reads", &self.reads),
             ("fuse_readdirs", &self.readdirs),
+            ("fuse_opendirs", &self.opendirs),
+            ("kernel_listings_kept", &self.listings_kept),
             ("fuse_getxattrs", &self.getxattrs),
             ("fuse_flushes", &self.flushes),
         ] {

@@ -21,6 +21,7 @@ impl Fs {
     /// Open a directory, and say whether the kernel may keep its listing and go on using what
     /// it kept (see `kernel_listings`).
     pub async fn open_dir(&self, ino: u64) -> FsResult<OpenedDir> {
+        self.ops.count(&self.ops.opendirs);
         let path = self.path_of(ino)?;
         let generation = self.generation();
         if self
@@ -29,6 +30,7 @@ impl Fs {
             .is_some_and(|k| k.still_kept(&path, generation))
         {
             // The kernel lists it from what it kept: nothing to take now, unless it asks.
+            self.ops.count(&self.ops.listings_kept);
             return Ok(OpenedDir {
                 fh: self.dirs.insert(DirHandle::unlisted(path)),
                 cache: true,
@@ -46,6 +48,9 @@ impl Fs {
             Some(kept) => (true, kept.open(&path, fingerprint(&entries), generation)),
             None => (false, false),
         };
+        if keep_cache {
+            self.ops.count(&self.ops.listings_kept);
+        }
         Ok(OpenedDir {
             fh: self.dirs.insert(DirHandle::new(path, generation, entries)),
             cache,

@@ -35,6 +35,7 @@ def test_a_warm_walk_with_an_indefinite_ttl_sends_no_readdir(mounter, tree):
     assert find(m.path(entry["path"])) == first
     d = delta(before, stats(m))
     assert d["fuse_readdirs"] == 0, f"a warm walk was listed by the daemon: {d}"
+    assert d["kernel_listings_kept"] == d["fuse_opendirs"] > 0, d
     # ls -l of a kept directory: the entries' attributes are the kernel's too.
     chunk_dir = m.path(f"{entry['path']}/{os.path.dirname(sorted(expected)[0])}")
     subprocess.run(["ls", "-l", str(chunk_dir)], capture_output=True, check=True)
@@ -54,7 +55,8 @@ def test_the_default_local_mount_lists_through_the_daemon_every_time(mounter, tr
     first = find(m.path(entry["path"]))
     before = stats(m)
     assert find(m.path(entry["path"])) == first
-    assert delta(before, stats(m))["fuse_readdirs"] > 0
+    d = delta(before, stats(m))
+    assert d["fuse_readdirs"] > 0 and d["kernel_listings_kept"] == 0, d
 
 
 def test_a_kept_listing_shows_this_mounts_changes_at_once(mounter, tmp_path):
