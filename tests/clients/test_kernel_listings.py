@@ -78,6 +78,14 @@ def test_a_kept_listing_shows_this_mounts_changes_at_once(mounter, tmp_path):
     os.unlink(m.path(f"arr/{a}"))
     assert names(chunk_dir) == {"2"}, "a removed chunk is still listed"
     assert m.path(f"arr/{c}").read_bytes() == b"B" * 16
+    # Chunk directories made and removed in a kept listing of the array's c/.
+    top = m.path(f"arr/{os.path.dirname(os.path.dirname(a))}")
+    before = names(top)
+    assert names(top) == before
+    os.mkdir(top / "3")
+    assert names(top) == before | {"3"}, "a made directory is missing"
+    os.rmdir(top / "3")
+    assert names(top) == before, "a removed directory is still listed"
 
 
 def test_a_kept_listing_shows_another_mounts_changes_once_the_ttl_passed(mounter, tmp_path):
