@@ -9,6 +9,7 @@
 pub mod app;
 pub mod cli;
 pub mod daemon;
+pub mod dir_lock;
 pub mod fd_limit;
 pub mod fs;
 pub mod fuse;

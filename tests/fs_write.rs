@@ -251,10 +251,14 @@ async fn handles_of_one_path_share_their_content_until_closed() {
 /// A writable `Fs` whose store answers reads after 20 ms and which trusts nothing cached: every
 /// open looks its file up in the store, so concurrent operations interleave there.
 fn slow_fs(store: Arc<MemoryStore>) -> Fs {
-    let slow = Arc::new(zarrfs::store::latency::LatencyStore::new(
+    slow_fs_over(Arc::new(zarrfs::store::latency::LatencyStore::new(
         store,
         Duration::from_millis(20),
-    ));
+    )))
+}
+
+/// [`slow_fs`] over a store that answers slowly already (to count its round trips).
+fn slow_fs_over(slow: Arc<zarrfs::store::latency::LatencyStore>) -> Fs {
     let options = ViewOptions {
         metadata_ttl: Duration::ZERO,
         ..ViewOptions::default()
@@ -311,12 +315,6 @@ async fn a_replay_checks_the_store_for_many_files_at_once() {
         s.mem.clone(),
         Duration::from_millis(20),
     ));
-    let options = ViewOptions {
-        metadata_ttl: Duration::ZERO,
-        ..ViewOptions::default()
-    };
-    let mut config = FsConfig::read_only(FS_UID, FS_GID, Duration::ZERO);
-    config.writable = true;
     let dir = tempfile::tempdir().unwrap();
     let journal = |fs: Fs| {
         let (journal, replay) = Journal::open(dir.path(), "mem", 1 << 20).unwrap();
@@ -324,7 +322,7 @@ async fn a_replay_checks_the_store_for_many_files_at_once() {
     };
     // A mount journals one file of each of the 8 shards and dies before committing; the store
     // has all but the last already (another commit landed them before the crash).
-    let (fs, _) = journal(Fs::new(View::new(slow.clone(), &options), config.clone()));
+    let (fs, _) = journal(slow_fs_over(slow.clone()));
     let files: Vec<(String, Vec<u8>)> = (0..8u64)
         .map(|i| {
             let c = vec![2 * i, 1];
@@ -341,7 +339,7 @@ async fn a_replay_checks_the_store_for_many_files_at_once() {
         .collect();
     fs.journal().unwrap().append(entries).unwrap();
     drop(fs);
-    let (fs, replay) = journal(Fs::new(View::new(slow.clone(), &options), config));
+    let (fs, replay) = journal(slow_fs_over(slow.clone()));
     let since = slow.sent().len();
     let done = fs.replay_journal(replay).await.unwrap();
     assert_eq!((done.files, done.already_stored), (1, 7), "{done:?}");

@@ -114,18 +114,9 @@ impl Journal {
             dir: dir.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("lock"))
-            .map_err(io)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(JournalError::InUse { dir: dir.into() }),
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
-        }
+        let Some(lock) = crate::dir_lock::lock_dir(dir).map_err(io)? else {
+            return Err(JournalError::InUse { dir: dir.into() });
+        };
         let segments = segment_files(dir).map_err(io)?;
         let named = dir.join("source");
         match std::fs::read_to_string(&named) {

@@ -15,7 +15,7 @@
 
 pub mod block;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -79,19 +79,11 @@ impl DiskCache {
             dir: dir.to_path_buf(),
             source,
         };
+        let Some(lock) = crate::dir_lock::lock_dir(dir).map_err(io)? else {
+            return Err(DiskCacheError::InUse { dir: dir.into() });
+        };
         let blocks = dir.join("blocks");
         std::fs::create_dir_all(&blocks).map_err(io)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("lock"))
-            .map_err(io)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(DiskCacheError::InUse { dir: dir.into() }),
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
-        }
         let found = scan(&blocks).map_err(io)?;
         let mut held = Held {
             files: LruCache::unbounded(),

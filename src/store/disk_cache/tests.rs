@@ -1,4 +1,5 @@
 use super::*;
+use std::fs::OpenOptions;
 
 fn id(key: &str, version: &str, block: u64) -> BlockId {
     BlockId {
