@@ -453,6 +453,44 @@ async fn readdir_resumes_from_any_offset() {
     }
 }
 
+/// With kernel listings and an indefinite TTL, a directory opened again while the mount changed
+/// nothing is answered from the kernel's kept listing with no listing taken; if the kernel asks
+/// that handle anyway (its copy was reclaimed), it lists the same entries, from any offset.
+#[tokio::test]
+async fn a_handle_opened_on_a_kept_listing_lists_the_same_when_asked() {
+    let (_, store, _) = hierarchy_fs();
+    let options = ViewOptions {
+        metadata_ttl: zarrfs::fs::INDEFINITE_TTL,
+        ..ViewOptions::default()
+    };
+    let mut config = FsConfig::read_only(UID, GID, zarrfs::fs::INDEFINITE_TTL);
+    config.kernel_listings = true;
+    let fs = Fs::new(View::new(store, &options), config);
+    for path in ["", "data", "data/sharded/c/0", "data/dotted"] {
+        let dir = resolve(&fs, path).await.unwrap();
+        let first = fs.open_dir(dir.ino).await.unwrap();
+        assert!(first.cache && !first.keep_cache, "{path}: nothing kept yet");
+        let all = fs.readdir(dir.ino, first.fh, 0).await.unwrap();
+        let kept = fs.open_dir(dir.ino).await.unwrap();
+        assert!(
+            kept.cache && kept.keep_cache,
+            "{path}: the kernel's copy is the listing"
+        );
+        let named =
+            |items: &[DirItem]| -> Vec<(String, u64)> { items.iter().map(|i| (i.name.clone(), i.offset)).collect() };
+        for k in [all.len(), all.len() / 2, 0] {
+            let from = if k == 0 { 0 } else { all[k - 1].offset };
+            let lazy = fs.open_dir(dir.ino).await.unwrap();
+            assert!(lazy.keep_cache);
+            let got = fs.readdir(dir.ino, lazy.fh, from).await.unwrap();
+            assert_eq!(named(&got), named(&all[k..]), "{path} from offset {from}");
+            fs.releasedir(lazy.fh);
+        }
+        fs.releasedir(first.fh);
+        fs.releasedir(kept.fh);
+    }
+}
+
 #[tokio::test]
 async fn corrupt_shard_is_eio_and_everything_else_still_reads() {
     let (h, store, fs) = hierarchy_fs();
