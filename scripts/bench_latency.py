@@ -419,7 +419,8 @@ class Bench(Processes):
         for s in self.sizes:
             if s not in ("small", "large"):
                 raise BenchError(f"SIZES: {s!r} is not small or large")
-        self.rows = set(os.environ.get("ROWS", "abcdefghn"))
+        self.rows = set(os.environ.get("ROWS", "abcdefghkn"))
+        self.native_cp = {}  # chunk size -> row n's cp -r record: row k's reference
         self.s3_port = int(os.environ.get("LAT_S3_PORT", "9290"))
         self.http_port = int(os.environ.get("LAT_HTTP_PORT", "9291"))
         self.servers_env = dict(
@@ -514,13 +515,15 @@ class Bench(Processes):
     # -- measuring
 
     def measure(self, proxy: Proxy | None, op, check=None, mount: tuple | None = None,
-                runs: int | None = None) -> dict:
+                runs: int | None = None, before=None) -> dict:
         """RUNS (or runs) times: (a fresh mount of mount=(url, env, args)), drop the page cache, run op
         (timed; it may return {"seconds": ...} measured inside a client), then check; the
         fastest run with its counters (the proxy's, if the op goes through one)."""
         best = None
         for _ in range(runs or self.runs):
             rec: dict = {}
+            if before:
+                before()
             m = self.mount(*mount) if mount else None
             try:
                 self.drop_caches()
@@ -545,6 +548,7 @@ class Bench(Processes):
             rec["check"] = err or "ok"
             if err:
                 self.failures += 1
+                say(f"  a run failed its check: {err}")
             if best is None or rec["seconds"] < best["seconds"]:
                 best = rec
         return best
@@ -626,6 +630,7 @@ class Bench(Processes):
                 shutil.rmtree(copy, ignore_errors=True)
 
                 def make(m, copy=copy, size=size):
+                    shutil.rmtree(copy, ignore_errors=True)  # each run copies anew (RUNS > 1)
                     self.sh(["cp", "-r", str(m.mnt / size), str(copy)])
 
                 made = self.row(None, size, "n", f"the copy: cp -r view/{size} (the dataset) at 0 ms",
@@ -646,8 +651,9 @@ class Bench(Processes):
         def cp(_m):
             self.sh(["cp", "-r", str(arr), str(dest)])
 
-        self.row(None, size, "n", "cp -r copy", floor="cp",
-                 z=lambda: self.measure(None, cp, self.view_and_done(dest, size), runs=self.floor_runs))
+        native = self.row(None, size, "n", "cp -r copy", floor="cp",
+                          z=lambda: self.measure(None, cp, self.view_and_done(dest, size), runs=self.floor_runs))
+        self.native_cp[size] = native.get("z")
         rdest = self.fresh(f"rclone-native-{size}")
 
         def rclone_local(_m):
@@ -721,6 +727,8 @@ class Bench(Processes):
                          ref=lambda dest=dest: self.measure(
                              dav, lambda _m: self.py_client("tensorstore", size, f"{root_url}/{size}/{VAR}", dest),
                              ts_check))
+            if "k" in self.rows:
+                self.disk_cache_rows(lat, size, dav, root_url)
             if "f" in self.rows:
                 self.row(lat, size, "f", "cat first chunk",
                          z=lambda: self.measure(dav, self.cat_first(size), mount=http_mount))
@@ -732,6 +740,33 @@ class Bench(Processes):
             if p:
                 p.close()
                 self.proxies.remove(p)
+
+    def disk_cache_rows(self, lat: float, size: str, proxy: Proxy, url: str) -> None:
+        """Row k: cp -r of the view from a remount with the same --cache as a mount that copied it
+        once (untimed), page cache dropped, against the native cp -r of row n: within the metadata
+        TTL (nothing to confirm), and after it (each shard's version confirmed by a HEAD)."""
+        for ttl, what in (("60", "within the TTL"), ("1", "TTL passed")):
+            cache = self.work / "disk-cache" / f"{lat_name(lat)}-{size}-{ttl}"
+            shutil.rmtree(cache, ignore_errors=True)
+            args = ("--cache", str(cache), "--metadata-ttl", ttl)
+            dest = self.fresh(f"cp-cache-{size}")
+
+            def fill():
+                m = self.mount(url, None, args)
+                try:
+                    self.cp_view(size, dest)(m)
+                finally:
+                    self.unmount(m)
+                err = self.view_and_done(dest, size)(None)
+                if err:
+                    raise BenchError(f"filling the disk cache: {err}")
+                # A second past the TTL before each run: every version is confirmed again.
+                wait = (lambda: time.sleep(1.1)) if ttl == "1" else None
+                return self.measure(proxy, self.cp_view(size, dest), self.view_and_done(dest, size),
+                                    (url, None, args), before=wait)
+
+            self.row(lat, size, "k", f"cp -r view, remount --cache ({what})", ref_what="native cp -r (n)",
+                     ref=self.native_cp.get(size), floor="cp", z=fill)
 
     def cat_first(self, size: str):
         def op(m):
@@ -979,7 +1014,9 @@ the array from the view; c: rclone copy (local, 16 transfers) from the view; d: 
 xr.open_zarr(...).load() (defaults, a fresh process each, time = open + read) of the mount vs of
 the URL (fsspec HTTP); e: tensorstore reading the sharded array over HTTP and writing an unsharded
 copy, vs b; f: cat of c/0/0 right after the mount; g: a cold find / ls -lR / du -s of the root
-(3 arrays, 48 shards, 5,376 chunk files); h: the same over S3 (moto).
+(3 arrays, 48 shards, 5,376 chunk files); h: the same over S3 (moto); k: cp -r of the array from
+a remount with the --cache of a mount that copied it once, within the metadata TTL (60 s) and after
+it (1 s: each shard confirmed by a HEAD), vs row n's native cp -r of the copy on local disk.
 n: no network, no FUSE: the clients of b, c and d alone on an unsharded copy of the view on local
 disk (made once per chunk size before the latency rows: cp -r of the view's dataset from a fresh
 mount at 0 ms, checked, its time shown for information); page cache dropped, the fastest of

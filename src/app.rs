@@ -17,6 +17,7 @@ use crate::source::{
     check_reachable, open_store, search_options, source_name, with_caches, zarr_warning, LOOK_ENTRIES,
 };
 use crate::store::counting::CountingStore;
+use crate::store::disk_cache::store::DiskCachedStore;
 use crate::store::object::SearchOptions;
 use crate::store::prefetch::PrefetchStats;
 use crate::store::transport::WireStats;
@@ -134,6 +135,9 @@ fn prepare_local_paths(mut settings: MountSettings) -> Result<MountSettings> {
         Ok(_) => bail!("mountpoint {} is not a directory", settings.mountpoint.display()),
         Err(e) => bail!("mountpoint {}: {e}", settings.mountpoint.display()),
     }
+    if let Some((dir, _)) = &mut settings.disk_cache {
+        *dir = std::path::absolute(&*dir).with_context(|| format!("cache directory {}", dir.display()))?;
+    }
     if let Some(log) = &settings.log_file {
         let parent = log
             .parent()
@@ -173,7 +177,7 @@ pub(crate) fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), Str
         .on_thread_start(crate::threads::register_serving)
         .on_thread_stop(crate::threads::unregister_serving)
         .build()?;
-    let (fs, mounted) = match start(settings, &runtime) {
+    let (fs, mounted, disk_cache) = match start(settings, &runtime) {
         Ok(started) => started,
         Err(e) => {
             let message = message(&e);
@@ -199,6 +203,9 @@ pub(crate) fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), Str
     // Unmounted (or told to stop): write back what is still pending before exiting.
     if let Err(e) = runtime.block_on(fs.commit_all()) {
         tracing::error!("pending writes could not be committed: {e}");
+    }
+    if let Some(cached) = disk_cache {
+        cached.close();
     }
     served?;
     tracing::info!("unmounted");
@@ -243,16 +250,25 @@ async fn check_and_warm_up(view: &View, store: &dyn Store, source: &SourceSpec) 
 }
 
 /// Open the source, check it answers, build the filesystem and mount it.
-fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<(Arc<Fs>, session::Mounted)> {
+fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<Started> {
     let (backend, wire) = open_store(&settings.source, settings.writable, search_options(settings))?;
     let counters = Arc::new(CountingStore::new(backend));
     let prefetch = Arc::new(PrefetchStats::default());
-    let store = with_caches(
-        counters.clone(),
-        &settings.source,
-        settings.metadata_ttl,
-        prefetch.clone(),
-    );
+    let disk_cache = match &settings.disk_cache {
+        Some((dir, max_bytes)) => Some(Arc::new(DiskCachedStore::open(
+            counters.clone(),
+            dir,
+            *max_bytes,
+            &source_name(&settings.source),
+            settings.metadata_ttl,
+        )?)),
+        None => None,
+    };
+    let read_through: Arc<dyn crate::store::Store> = match &disk_cache {
+        Some(cached) => cached.clone(),
+        None => counters.clone(),
+    };
+    let store = with_caches(read_through, &settings.source, settings.metadata_ttl, prefetch.clone());
     let remote = matches!(settings.source, SourceSpec::Remote { .. });
     // Shard bytes are cached where requests are dear (remote sources, or when asked for with
     // --prefetch-size): three quarters of the cache, indexes the rest.
@@ -285,7 +301,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         settings.metadata_ttl.max(Duration::from_millis(100)),
     );
     fs_config.writable = settings.writable;
-    fs_config.no_open = !settings.writable && !remote;
+    fs_config.no_open = !settings.writable;
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
     fs_config.xattrs = settings.xattr;
@@ -297,6 +313,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         store: counters,
         wire,
         prefetch,
+        disk_cache: disk_cache.clone(),
     };
     let max_file_size = fs_config.max_file_size as u64;
     let mut fs = Fs::new(view, fs_config).with_counters(Arc::new(counters));
@@ -328,8 +345,11 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     crate::mountpoint::prepare(&settings.mountpoint, settings.stack)?;
     let mounted = session::mount(fs.clone(), runtime.handle().clone(), &settings.mountpoint, &cfg)
         .with_context(|| format!("cannot mount {}", settings.mountpoint.display()))?;
-    Ok((fs, mounted))
+    Ok((fs, mounted, disk_cache))
 }
+
+/// A mount going live: its filesystem, its session, and its disk cache (closed at unmount).
+type Started = (Arc<Fs>, session::Mounted, Option<Arc<DiskCachedStore>>);
 
 /// FUSE worker threads: requests run inline on them when they can, so a few per core.
 fn fuse_threads() -> usize {
@@ -368,6 +388,7 @@ struct StoreCounters {
     wire: Option<Arc<WireStats>>,
     /// What the metadata warm-up fetched and what of it was used; requests joined.
     prefetch: Arc<PrefetchStats>,
+    disk_cache: Option<Arc<DiskCachedStore>>,
 }
 
 impl crate::fs::Counters for StoreCounters {
@@ -376,6 +397,9 @@ impl crate::fs::Counters for StoreCounters {
         stats.extend(as_object(serde_json::to_value(self.prefetch.counts())));
         if let Some(wire) = &self.wire {
             stats.extend(as_object(serde_json::to_value(wire.counts())));
+        }
+        if let Some(cached) = &self.disk_cache {
+            stats.extend(as_object(serde_json::to_value(cached.counts())));
         }
         stats
     }

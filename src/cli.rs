@@ -222,6 +222,15 @@ pub struct MountArgs {
     /// checked again, or `indefinite` (default 1 for local sources, 60 for remote ones).
     #[arg(long, value_name = "SECONDS|indefinite", value_parser = parse_ttl, help_heading = "Caching")]
     pub metadata_ttl: Option<Duration>,
+    /// Remote sources: keep the shard bytes, indexes and metadata that reads fetch in this
+    /// directory, by object version, and read them from there (also after a remount) while
+    /// the version is confirmed within --metadata-ttl. One mount at a time per directory.
+    #[arg(long, value_name = "DIR", help_heading = "Caching")]
+    pub cache: Option<PathBuf>,
+    /// The most disk the --cache directory may hold (suffixes K, M, G); the least recently
+    /// used blocks go first.
+    #[arg(long, value_name = "BYTES", default_value = "5G", value_parser = parse_size, help_heading = "Caching")]
+    pub max_cache_size: u64,
 }
 
 /// The long options of `zarrfs mount`, for `-o NAME=VALUE` (see `mount_options`).

@@ -77,6 +77,8 @@ pub struct MountSettings {
     pub prefetch_bytes: u64,
     pub write_buffer_bytes: usize,
     pub metadata_ttl: Duration,
+    /// `--cache`: a disk cache of what reads fetch (remote sources), and its bound in bytes.
+    pub disk_cache: Option<(PathBuf, u64)>,
     /// Serve the `user.zarrfs.*` extended attributes.
     pub xattr: bool,
     /// Most shard indexes read to list one chunk directory of a source that cannot be listed.
@@ -112,6 +114,9 @@ impl MountArgs {
             (None, false) => None,
         };
         let has_journal = journal.is_some();
+        if self.cache.is_some() && !remote {
+            return Err("--cache applies to remote sources (a local source is read from its own disk)".into());
+        }
         Ok(MountSettings {
             journal,
             source,
@@ -146,6 +151,7 @@ impl MountArgs {
             metadata_ttl: self
                 .metadata_ttl
                 .unwrap_or(Duration::from_secs(if remote { 60 } else { 1 })),
+            disk_cache: self.cache.map(|dir| (dir, self.max_cache_size)),
             xattr: self.xattr,
             max_probe_shards: self.max_probe_shards.unwrap_or(crate::shard::DEFAULT_MAX_PROBE_SHARDS),
             v2_compressor: match self.v2_compressor {

@@ -146,6 +146,20 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
             bytes(n("journal_pending_bytes"))
         ));
     }
+    if c.contains_key("disk_cache_hits") {
+        lines.push(format!(
+            "disk cache      {} reads served ({}), {} sent to the store, {} versions confirmed by HEAD; \
+             holds {}, {} written, {} evicted blocks, {} damaged blocks dropped",
+            n("disk_cache_hits"),
+            bytes(n("disk_cache_hit_bytes")),
+            n("disk_cache_misses"),
+            n("disk_cache_revalidations"),
+            bytes(n("disk_cache_bytes")),
+            bytes(n("disk_cache_written_bytes")),
+            n("disk_cache_evictions"),
+            n("disk_cache_torn")
+        ));
+    }
     lines.join("\n") + "\n"
 }
 

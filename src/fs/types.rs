@@ -17,10 +17,10 @@ pub struct FsConfig {
     pub attr_ttl: Duration,
     /// Whether mutations are allowed.
     pub writable: bool,
-    /// Files are read without being opened (read-only mounts of sources whose versions show
-    /// in modification times, i.e. local ones): the kernel then sends no OPEN or RELEASE, keeps
-    /// every file's pages, and drops them when a file's size or time changes (see
-    /// `fs/unopened.rs`).
+    /// Files are read without being opened (read-only mounts: every source's versions show in
+    /// modification times, a local file's own and an object's with its version in the
+    /// sub-second part): the kernel then sends no OPEN or RELEASE, keeps every file's pages,
+    /// and drops them when a file's size or time changes (see `fs/unopened.rs`).
     pub no_open: bool,
     /// Largest file that may be written through the mount (held in memory until committed).
     pub max_file_size: usize,

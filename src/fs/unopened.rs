@@ -1,21 +1,29 @@
-//! Reads without opens, on read-only mounts of local sources ([`FsConfig::no_open`]).
+//! Reads without opens, on read-only mounts ([`FsConfig::no_open`]).
 //!
 //! The kernel is told it need not open files: it sends no OPEN or RELEASE, reads arrive with
 //! handle 0, and it keeps every file's cached pages, dropping them when a revalidation (after
 //! the attribute TTL) shows the file's size or modification time changed. A chunk's time is
-//! its shard's, and a local shard replaced by anyone gets a new time (this mount's commits
-//! even advance it past the old one), so a change is seen within the TTL, as documented.
+//! its shard's, and a shard replaced by anyone gets a new time: a local one its file's (this
+//! mount's commits even advance it past the old one), an object one with its version in the
+//! sub-second part (`store/object/naming.rs`), so a change is seen within the TTL, as
+//! documented. On a remote source that saves a copy two requests per file (OPEN, RELEASE).
 //!
 //! Without a handle there is no per-open snapshot. A read locates the file afresh (its shard's
 //! version confirmed) and reads it; a chunk the kernel reads in several requests (larger than
 //! one read) is taken whole at the first, and the later ones are served from that whole chunk
 //! for up to the TTL, so a reader never gets pieces of two versions. These snapshots are
-//! bounded in bytes and dropped oldest first.
+//! bounded in bytes and dropped oldest first. A file too large to be taken whole (a stored
+//! file of the raw view, read window by window) keeps the state of its reads for up to the
+//! TTL instead, as an open would: later reads go on from its version and its read-ahead
+//! window, one request per window rather than two per read on a remote source. So the file is
+//! read as of one version for the TTL, as the view's metadata is: a read of bytes of that
+//! version that are gone fails with `ESTALE`, as it would through an open, and never gets
+//! pieces of another version.
 //!
 //! [`FsConfig::no_open`]: super::FsConfig::no_open
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -30,10 +38,14 @@ pub const NO_HANDLE: u64 = 0;
 /// Bytes of whole chunks kept for the later reads of files read without a handle.
 const SNAPSHOT_BUDGET: usize = 64 << 20;
 
-/// Whole chunks read without a handle, oldest first.
+/// Files read without a handle and not taken whole whose reads go on from one state.
+const FILES_KEPT: usize = 16;
+
+/// Whole chunks read without a handle, oldest first; and the files too large for that.
 #[derive(Debug, Default)]
 pub struct Snapshots {
     kept: Mutex<VecDeque<(u64, Instant, Bytes)>>,
+    files: Mutex<VecDeque<(u64, Instant, Arc<OpenFile>)>>,
 }
 
 impl Snapshots {
@@ -65,6 +77,30 @@ impl Snapshots {
     }
 }
 
+impl Snapshots {
+    fn files(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Instant, Arc<OpenFile>)>> {
+        self.files.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The read state of inode `ino` if its first read was less than `ttl` ago.
+    fn file(&self, ino: u64, ttl: std::time::Duration) -> Option<Arc<OpenFile>> {
+        let files = self.files();
+        files
+            .iter()
+            .find(|(i, at, _)| *i == ino && at.elapsed() < ttl)
+            .map(|(_, _, file)| file.clone())
+    }
+
+    fn keep_file(&self, ino: u64, file: Arc<OpenFile>) {
+        let mut files = self.files();
+        files.retain(|(i, _, _)| *i != ino);
+        if files.len() >= FILES_KEPT {
+            files.pop_front();
+        }
+        files.push_back((ino, Instant::now(), file));
+    }
+}
+
 fn slice(whole: &Bytes, offset: u64, size: u32) -> Bytes {
     let (start, end) = ByteRange::Range {
         offset,
@@ -81,6 +117,9 @@ impl Fs {
             if let Some(whole) = self.unopened.get(ino, self.config.attr_ttl) {
                 return Ok(slice(&whole, offset, size));
             }
+            if let Some(file) = self.unopened.file(ino, self.config.attr_ttl) {
+                return Ok(self.view.read_open(&file, offset, u64::from(size)).await?);
+            }
         }
         let at = self.view.locate(&self.path_of(ino)?).await?;
         let node = match self.view.current(&at).await? {
@@ -89,13 +128,15 @@ impl Fs {
             None => return Err(FsError::NotFound),
         };
         self.check_size(ino, &node)?;
-        let file = OpenFile::new(node);
+        let file = Arc::new(OpenFile::new(node));
         let bytes = self.view.read_open(&file, offset, u64::from(size)).await?;
-        if let Some(whole) = file.whole().await {
+        let more = |len: u64| len > offset + bytes.len() as u64;
+        match file.whole().await {
             // More than this read holds: the kernel will ask for the rest.
-            if whole.len() as u64 > offset + bytes.len() as u64 {
-                self.unopened.put(ino, whole);
-            }
+            Some(whole) if more(whole.len() as u64) => self.unopened.put(ino, whole),
+            Some(_) => {}
+            None if more(file.node().size) => self.unopened.keep_file(ino, file),
+            None => {}
         }
         Ok(bytes)
     }

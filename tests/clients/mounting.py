@@ -6,6 +6,7 @@ fusermount3, then `umount -l`, then abort the FUSE connection; then end the daem
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -44,6 +45,26 @@ def is_fuse_mounted(path: Path) -> bool:
     return entry is not None and entry["fstype"].startswith("fuse")
 
 
+@contextlib.contextmanager
+def on_helper_path(zarrfs_bin: Path):
+    """`zarrfs` at /usr/local/bin (the mount helper's fixed PATH, where the install script puts
+    it) for the time of the block: linked to `zarrfs_bin` and removed after, unless it is there
+    already; a test skips when another zarrfs is installed there."""
+    import pytest
+
+    installed = Path("/usr/local/bin/zarrfs")
+    placed = not installed.exists()
+    if placed:
+        installed.symlink_to(zarrfs_bin)
+    elif installed.resolve() != zarrfs_bin.resolve():
+        pytest.skip(f"another zarrfs is installed at {installed}")
+    try:
+        yield
+    finally:
+        if placed:
+            installed.unlink()
+
+
 def pid_alive(pid: int) -> bool:
     """True if the process exists and is not a zombie."""
     try:
@@ -54,8 +75,9 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def find_daemons(binary: Path, mountpoint: Path) -> list[int]:
-    """Pids of zarrfs processes whose command line names this mountpoint."""
+def find_daemons(binary: Path, mountpoint: Path, helper: bool = False) -> list[int]:
+    """Pids of zarrfs processes whose command line names this mountpoint: `zarrfs mount ...`,
+    or with `helper` also the mount helper's `zarrfs SOURCE DIR -o ...` (mount -t)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -65,7 +87,7 @@ def find_daemons(binary: Path, mountpoint: Path) -> list[int]:
         except OSError:
             continue
         args = [a.decode(errors="replace") for a in argv if a]
-        if (args and os.path.basename(args[0]) == binary.name and "mount" in args
+        if (args and os.path.basename(args[0]) == binary.name and (helper or "mount" in args)
                 and str(mountpoint) in args and pid_alive(int(entry.name))):
             pids.append(int(entry.name))
     return pids

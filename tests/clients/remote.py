@@ -171,9 +171,14 @@ def settled(mount, timeout: float = 10) -> dict:
     """The mount's stats once no request is in flight: a fetch still out (a warm-up or a
     read-ahead going on in the background on a loaded machine) is counted when it starts, and
     its bytes and kind when it ends."""
+    return settled_at(mount.path(), timeout)
+
+
+def settled_at(path, timeout: float = 10) -> dict:
+    """`settled` of the mount at `path` (one made without a Mount: mount -t)."""
     deadline = time.monotonic() + timeout
     while True:
-        s = stats(mount)
+        s = mount_stats(path)
         if s["requests_in_flight"] == 0 or time.monotonic() > deadline:
             return s
         time.sleep(0.05)

@@ -11,23 +11,8 @@ from pathlib import Path
 import pytest
 
 import seed_remote as SR
-from mounting import mount_entry, pid_alive, wait_until
+from mounting import find_daemons, mount_entry, on_helper_path, pid_alive, wait_until
 from remote import remote  # noqa: F401 - fixture
-
-
-def daemons_of(zarrfs_bin, m: Path) -> list[int]:
-    """zarrfs processes serving `m` (the helper's command line names SOURCE and DIR)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv and os.path.basename(argv[0].decode(errors="replace")) == zarrfs_bin.name \
-                    and str(m).encode() in argv and pid_alive(int(entry.name)):
-                pids.append(int(entry.name))
-    return pids
 
 
 @pytest.fixture
@@ -37,7 +22,7 @@ def mountpoint(zarrfs_bin, tmp_path):
     yield m
     if mount_entry(m) is not None and mount_entry(m)["fstype"].startswith("fuse"):
         subprocess.run(["umount", "-l", str(m)], capture_output=True)
-    for pid in daemons_of(zarrfs_bin, m):
+    for pid in find_daemons(zarrfs_bin, m, helper=True):
         os.kill(pid, 9)
 
 
@@ -46,7 +31,7 @@ def mount_cmd(*args, env=None) -> subprocess.CompletedProcess:
 
 
 def assert_unmounts(zarrfs_bin, m: Path) -> None:
-    pids = daemons_of(zarrfs_bin, m)
+    pids = find_daemons(zarrfs_bin, m, helper=True)
     assert pids, "no daemon serves the mount"
     res = subprocess.run(["umount", str(m)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -88,20 +73,11 @@ def test_fstab_entry(zarrfs_bin, tree, mountpoint, tmp_path):
 def test_fuse_zarrfs_type_from_path(zarrfs_bin, tree, mountpoint):
     """`mount -t fuse.zarrfs SOURCE DIR`: the helper finds `zarrfs` on its fixed PATH
     (/usr/local/bin, where the install script puts it)."""
-    installed = Path("/usr/local/bin/zarrfs")
-    placed = not installed.exists()
-    if placed:
-        installed.symlink_to(zarrfs_bin)
-    elif installed.resolve() != zarrfs_bin.resolve():
-        pytest.skip(f"another zarrfs is installed at {installed}")
-    try:
+    with on_helper_path(zarrfs_bin):
         res = mount_cmd("-t", "fuse.zarrfs", tree.root, mountpoint, "-o", "ro")
         assert res.returncode == 0, res.stderr
         assert mount_entry(mountpoint)["source"] == f"zarrfs:{tree.root}"
         assert_unmounts(zarrfs_bin, mountpoint)
-    finally:
-        if placed:
-            installed.unlink()
 
 
 def test_remote_source_with_object_store_keys(zarrfs_bin, remote, tree, mountpoint):

@@ -40,6 +40,11 @@ impl BlockId {
     }
 }
 
+/// The size of the block file holding `len` bytes of data for `id`.
+pub fn encoded_len(id: &BlockId, len: u64) -> u64 {
+    (HEADER + id.key.len() + id.version.len() + 4) as u64 + len
+}
+
 /// The bytes of a block file holding `data` for `id`.
 pub fn encode(id: &BlockId, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + id.key.len() + id.version.len() + data.len() + 4);
@@ -66,7 +71,7 @@ pub enum Rejected {
 }
 
 /// The data of a block file's bytes, if they are sound and of `id`.
-pub fn decode(bytes: &[u8], id: &BlockId) -> Result<Bytes, Rejected> {
+pub fn decode(bytes: &Bytes, id: &BlockId) -> Result<Bytes, Rejected> {
     let header = bytes.get(..HEADER).ok_or(Rejected::Torn)?;
     if &header[..4] != MAGIC {
         return Err(Rejected::Torn);
@@ -93,7 +98,7 @@ pub fn decode(bytes: &[u8], id: &BlockId) -> Result<Bytes, Rejected> {
     if key != id.key.as_bytes() || version != id.version.as_bytes() || u64::from_le_bytes(block) != id.block {
         return Err(Rejected::Other);
     }
-    Ok(Bytes::copy_from_slice(&whole[HEADER + key_len + version_len..body_end]))
+    Ok(bytes.slice(HEADER + key_len + version_len..body_end))
 }
 
 #[cfg(test)]
@@ -112,11 +117,23 @@ mod tests {
     fn a_block_reads_back_only_as_what_it_is_of() {
         let a = id("arr/c/0/0", "\"etag-1\"", 3);
         let bytes = encode(&a, b"shard bytes");
-        assert_eq!(decode(&bytes, &a).unwrap(), Bytes::from_static(b"shard bytes"));
-        assert_eq!(decode(&bytes, &id("arr/c/0/0", "\"etag-2\"", 3)), Err(Rejected::Other));
-        assert_eq!(decode(&bytes, &id("arr/c/0/1", "\"etag-1\"", 3)), Err(Rejected::Other));
-        assert_eq!(decode(&bytes, &id("arr/c/0/0", "\"etag-1\"", 4)), Err(Rejected::Other));
-        assert_eq!(decode(&encode(&a, b""), &a).unwrap().len(), 0);
+        assert_eq!(
+            decode(&Bytes::from(bytes.clone()), &a).unwrap(),
+            Bytes::from_static(b"shard bytes")
+        );
+        assert_eq!(
+            decode(&Bytes::from(bytes.clone()), &id("arr/c/0/0", "\"etag-2\"", 3)),
+            Err(Rejected::Other)
+        );
+        assert_eq!(
+            decode(&Bytes::from(bytes.clone()), &id("arr/c/0/1", "\"etag-1\"", 3)),
+            Err(Rejected::Other)
+        );
+        assert_eq!(
+            decode(&Bytes::from(bytes.clone()), &id("arr/c/0/0", "\"etag-1\"", 4)),
+            Err(Rejected::Other)
+        );
+        assert_eq!(decode(&Bytes::from(encode(&a, b"")), &a).unwrap().len(), 0);
     }
 
     #[test]
@@ -124,20 +141,24 @@ mod tests {
         let a = id("k", "v", 0);
         let bytes = encode(&a, &[7u8; 1000]);
         for cut in [0, 3, HEADER, HEADER + 5, bytes.len() - 1] {
-            assert_eq!(decode(&bytes[..cut], &a), Err(Rejected::Torn), "cut at {cut}");
+            assert_eq!(
+                decode(&Bytes::copy_from_slice(&bytes[..cut]), &a),
+                Err(Rejected::Torn),
+                "cut at {cut}"
+            );
         }
         let mut longer = bytes.clone();
         longer.push(0);
-        assert_eq!(decode(&longer, &a), Err(Rejected::Torn));
+        assert_eq!(decode(&Bytes::from(longer), &a), Err(Rejected::Torn));
         for at in [0, 5, 13, HEADER + 1, bytes.len() - 500, bytes.len() - 2] {
             let mut flipped = bytes.clone();
             flipped[at] ^= 0x40;
-            assert_eq!(decode(&flipped, &a), Err(Rejected::Torn), "flip at {at}");
+            assert_eq!(decode(&Bytes::from(flipped), &a), Err(Rejected::Torn), "flip at {at}");
         }
         // Lengths beyond the file are refused before anything is read or allocated.
         let mut huge = bytes;
         huge[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(decode(&huge, &a), Err(Rejected::Torn));
+        assert_eq!(decode(&Bytes::from(huge), &a), Err(Rejected::Torn));
     }
 
     #[test]

@@ -1,19 +1,24 @@
-//! A local disk cache of store bytes, by object version: the building block of `--cache DIR`
-//! (issue 25, part 2; not yet used by mounts).
+//! A local disk cache of store bytes, by object version: the block store behind `--cache DIR`
+//! (the store decorator that uses it is [`store`]).
 //!
-//! Blocks of an object's bytes (block `n` holds the bytes from `n × block size`) are kept as
-//! files under `DIR/blocks/`, one per (key, version, block), in the format of [`block`]. A block
-//! is keyed by the object's version (ETag or generation), so a cached block is never served
-//! for another version: a changed object is simply a miss. The cache is bounded by
-//! `max_bytes` of block files, the least recently used going first; recency is kept in memory
-//! while mounted and taken from the files' modification times at open, so what a remount
-//! finds is used again. A torn or damaged file (a crash while writing, a bad disk) fails its
-//! checksum and is deleted, never served. One mount at a time uses a cache directory: it holds
-//! `DIR/lock` (flock), and a second is refused with a message.
+//! Blocks of an object's bytes (block `n` holds the bytes from `n × block size`, or only the
+//! end of them: what a read of the object's last bytes brought) are kept as files under
+//! `DIR/blocks/`, one per (key, version, block), in the format of [`block`]. A block is keyed
+//! by the object's version (ETag or generation), so a cached block is never served for another
+//! version: a changed object is simply a miss. The cache is bounded by `max_bytes` of block
+//! files, the least recently used going first; recency is kept in memory while mounted and
+//! taken from the files' modification times at open, so what a remount finds is used again. A
+//! torn or damaged file (a crash while writing, a bad disk) fails its checksum and is deleted,
+//! never served. One mount at a time uses a cache directory: it holds `DIR/lock` (flock), and
+//! a second is refused with a message.
 //!
 //! Every call here does blocking file I/O: callers run it off the async workers.
 
 pub mod block;
+mod ranges;
+pub mod store;
+mod versions;
+mod writer;
 
 use std::fs::File;
 use std::io::ErrorKind;
@@ -120,7 +125,7 @@ impl DiskCache {
         let known = self.held().files.get(&name).is_some();
         let found = if known {
             match std::fs::read(self.blocks.join(&name)) {
-                Ok(bytes) => match block::decode(&bytes, id) {
+                Ok(bytes) => match block::decode(&Bytes::from(bytes), id) {
                     Ok(data) => Some(data),
                     Err(Rejected::Other) => None,
                     Err(Rejected::Torn) => {
@@ -156,9 +161,23 @@ impl DiskCache {
         found
     }
 
-    /// Keep `data` as the block `id`, replacing what was held for its file, and evict the least
-    /// recently used blocks beyond the bound. A block larger than the whole bound is not kept.
+    /// Whether a block file for `id` is held with at least `len` bytes of data (a sound one
+    /// is checked only when read). Recency is left alone.
+    pub fn holds(&self, id: &BlockId, len: u64) -> bool {
+        let wanted = block::encoded_len(id, len);
+        self.held()
+            .files
+            .peek(&id.file_name())
+            .is_some_and(|&size| size >= wanted)
+    }
+
+    /// Keep `data` as the block `id`, replacing what was held for its file unless that holds
+    /// more of the block, and evict the least recently used blocks beyond the bound. A block
+    /// larger than the whole bound is not kept.
     pub fn put(&self, id: &BlockId, data: &[u8]) -> std::io::Result<()> {
+        if self.holds(id, data.len() as u64 + 1) {
+            return Ok(());
+        }
         let bytes = block::encode(id, data);
         let size = bytes.len() as u64;
         if size > self.max_bytes {

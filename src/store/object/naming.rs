@@ -42,9 +42,19 @@ impl ObjectBackend {
         ObjectMeta {
             size: meta.size,
             version: version_of(meta, self.flavor),
-            mtime_ns: meta.last_modified.timestamp_nanos_opt().map(i128::from),
+            mtime_ns: Some(mtime_ns(meta.last_modified.timestamp(), &version_of(meta, self.flavor))),
         }
     }
+}
+
+/// The time shown for an object: its last modification to the second, with a sub-second part
+/// taken from its version. Object stores give times to the second (and listings to the
+/// millisecond), so two versions written within one second would otherwise show one time, and
+/// a read-only mount, whose files the kernel reads without opening them and keeps until their
+/// time or size changes (`fs/unopened.rs`), would keep the first version's pages. With the
+/// version in it, every new version shows a new time, the same in a listing and in a read.
+pub(super) fn mtime_ns(seconds: i64, version: &Version) -> i128 {
+    i128::from(seconds) * 1_000_000_000 + i128::from(crc32c::crc32c(version.0.as_bytes()) % 1_000_000_000)
 }
 
 /// Our version of an object: on GCS its generation (what its preconditions name), elsewhere
@@ -77,5 +87,25 @@ pub(super) fn update_version(v: &Version) -> UpdateVersion {
             e_tag: Some(v.0.clone()),
             version: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_version_shows_its_own_time_within_its_second() {
+        let v1 = Version("\"etag-1\"".into());
+        let v2 = Version("\"etag-2\"".into());
+        assert_ne!(mtime_ns(100, &v1), mtime_ns(100, &v2));
+        assert_eq!(mtime_ns(100, &v1), mtime_ns(100, &v1.clone()));
+        for v in [&v1, &v2] {
+            let t = mtime_ns(100, v);
+            assert!(
+                (100_000_000_000..101_000_000_000).contains(&t),
+                "{t} not within its second"
+            );
+        }
     }
 }
