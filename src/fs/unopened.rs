@@ -128,8 +128,14 @@ impl Fs {
             None => return Err(FsError::NotFound),
         };
         self.check_size(ino, &node)?;
+        let shown = node.size;
         let file = Arc::new(OpenFile::new(node));
         let bytes = self.view.read_open(&file, offset, u64::from(size)).await?;
+        // Replaced between the size check and the read, by a shorter version: the kernel would
+        // fill the rest of the shown size with zeros nobody wrote.
+        if (bytes.len() as u64) < shown.saturating_sub(offset).min(u64::from(size)) {
+            return Err(FsError::Replaced);
+        }
         let more = |len: u64| len > offset + bytes.len() as u64;
         match file.whole().await {
             // More than this read holds: the kernel will ask for the rest.
