@@ -34,6 +34,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Unmount { mountpoint } => crate::mountpoint::unmount(&mountpoint),
         Command::Stats { mountpoint, json } => crate::mount_stats::print(&mountpoint, json),
         Command::Inspect { source, json } => inspect(&source, json),
+        Command::Copy { source, dest, jobs, .. } => crate::copy::run(&source, &dest, jobs),
     };
     match result {
         Ok(()) => 0,

@@ -74,6 +74,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Copy the unsharded view of SOURCE to DEST (an empty directory, s3://, gs:// or az://),
+    /// byte for byte what `cp -r` of a mount gives, without mounting. Remote sources and
+    /// destinations take their credentials and endpoint from the environment, as listed in
+    /// `zarrfs mount --help`.
+    Copy {
+        /// What to copy: a directory, file://, s3://, gs://, az:// or http(s):// URL.
+        source: String,
+        /// Where to: a directory (created if missing) or an object store URL; must be empty.
+        dest: String,
+        /// Write the unsharded view (every inner chunk its own object, metadata rewritten).
+        /// Required: packing into shards (--shard) is not there yet.
+        #[arg(long, required = true)]
+        unshard: bool,
+        /// Files copied at once.
+        #[arg(long, value_name = "N", default_value_t = crate::copy::DEFAULT_JOBS)]
+        jobs: usize,
+    },
     /// Print the hierarchy: arrays, sharding, shard and chunk counts, and problems found.
     Inspect {
         /// What to inspect: a directory, file://, s3://, gs://, az:// or http(s):// URL

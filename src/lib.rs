@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod copy;
 pub mod daemon;
 pub mod dir_lock;
 pub mod fd_limit;

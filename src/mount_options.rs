@@ -18,7 +18,7 @@
 use std::ffi::OsString;
 
 /// Subcommands; a first argument that is none of these (nor a flag) starts the helper form.
-const COMMANDS: [&str; 5] = ["mount", "unmount", "inspect", "stats", "help"];
+const COMMANDS: [&str; 6] = ["mount", "unmount", "inspect", "stats", "copy", "help"];
 
 /// Mount options that take effect, by what they become.
 const APPLIED: [&str; 5] = ["ro", "rw", "allow_other", "uid=N", "gid=N"];

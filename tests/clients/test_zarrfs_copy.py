@@ -1,0 +1,80 @@
+"""`zarrfs copy SOURCE DEST --unshard` (issue 26, first part): the unsharded view written to DEST
+without a mount, byte for byte what `cp -r` of a read-only mount of SOURCE gives; from a local
+directory and from S3 (moto), to a directory and to S3; a destination that is not empty is
+refused and left as it was.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import seed_remote as SR
+from conftest import Mount, run_zarrfs
+from helpers import walk_files
+from remote import remote  # noqa: F401 - fixture
+
+
+def contents(root: Path) -> dict[str, bytes]:
+    return {rel: p.read_bytes() for rel, p in walk_files(root).items()}
+
+
+def mount_copy(mounter, source, dest: Path) -> dict[str, bytes]:
+    """What `cp -r` of a read-only mount of SOURCE gives."""
+    m = mounter(source, "--read-only")
+    res = subprocess.run(["cp", "-r", str(m.path()), str(dest)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    return contents(dest)
+
+
+def copy(zarrfs_bin, source, dest, *extra, env: dict | None = None) -> subprocess.CompletedProcess:
+    if env is None:
+        return run_zarrfs(zarrfs_bin, "copy", source, dest, "--unshard", *extra, timeout=300)
+    return subprocess.run([str(zarrfs_bin), "copy", str(source), str(dest), "--unshard", *extra],
+                          capture_output=True, text=True, timeout=300,
+                          env={**Mount.daemon_env(), **env})
+
+
+def test_a_local_copy_is_what_cp_r_of_the_mount_gives(zarrfs_bin, mounter, tree, tmp_path, frozen_source):
+    want = mount_copy(mounter, tree.root, tmp_path / "via-mount")
+    res = copy(zarrfs_bin, tree.root, tmp_path / "copy")
+    assert res.returncode == 0, res.stderr
+    got = contents(tmp_path / "copy")
+    assert sorted(got) == sorted(want)
+    wrong = [rel for rel in want if got[rel] != want[rel]]
+    assert not wrong, f"{len(wrong)} files differ, e.g. {wrong[:3]}"
+    assert any(rel.endswith("zarr.json") for rel in got) and len(got) > 100
+    assert f"copied {len(got)} files" in res.stdout, res.stdout
+
+
+def test_through_s3_both_ways(zarrfs_bin, mounter, remote, tree, tmp_path):
+    """The zarr-python group of the fixture (sharded arrays of every index layout and codec,
+    unsharded ones, an empty one)."""
+    group = tree.root / "zp"
+    want = mount_copy(mounter, group, tmp_path / "via-mount")
+    prefix = remote.seed("s3", group, "copy-src")
+    s3_dest = f"{SR.url('s3', prefix)}-unsharded"
+    env = remote.env("s3")
+    res = copy(zarrfs_bin, SR.url("s3", prefix), tmp_path / "from-s3", env=env)
+    assert res.returncode == 0, res.stderr
+    assert contents(tmp_path / "from-s3") == want
+    # To S3, and back: an unsharded hierarchy is shown as stored, so it comes back the same.
+    res = copy(zarrfs_bin, group, s3_dest, env=env)
+    assert res.returncode == 0, res.stderr
+    res = copy(zarrfs_bin, s3_dest, tmp_path / "round-trip", env=env)
+    assert res.returncode == 0, res.stderr
+    assert contents(tmp_path / "round-trip") == want
+
+
+def test_a_destination_that_is_not_empty_is_refused_and_left_alone(zarrfs_bin, tree, tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("keep me")
+    res = copy(zarrfs_bin, tree.root, dest)
+    assert res.returncode != 0
+    assert "not empty" in res.stderr and "nothing was written" in res.stderr, res.stderr
+    assert contents(dest) == {"mine.txt": b"keep me"}
+    res = copy(zarrfs_bin, tmp_path / "no-such-dir", tmp_path / "other")
+    assert res.returncode != 0 and "no-such-dir" in res.stderr, res.stderr
+    res = run_zarrfs(zarrfs_bin, "copy", tree.root, tmp_path / "x")
+    assert res.returncode != 0 and "--unshard" in res.stderr, res.stderr
