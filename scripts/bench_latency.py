@@ -419,7 +419,7 @@ class Bench(Processes):
         for s in self.sizes:
             if s not in ("small", "large"):
                 raise BenchError(f"SIZES: {s!r} is not small or large")
-        self.rows = set(os.environ.get("ROWS", "abcdefghkn"))
+        self.rows = set(os.environ.get("ROWS", "abcdefghknx"))
         self.native_cp = {}  # chunk size -> row n's cp -r record: row k's reference
         self.s3_port = int(os.environ.get("LAT_S3_PORT", "9290"))
         self.http_port = int(os.environ.get("LAT_HTTP_PORT", "9291"))
@@ -680,7 +680,7 @@ class Bench(Processes):
         for size in self.sizes:
             src = self.fx / size / VAR
             ref_a = None
-            if self.rows & set("abc"):
+            if self.rows & set("abcx"):
                 dest = self.fresh(f"rclone-http-{size}")
                 url = f"http://127.0.0.1:{static.port}/zarrfs/{PREFIX}/{size}/{VAR}/"
 
@@ -729,6 +729,19 @@ class Bench(Processes):
                              ts_check))
             if "k" in self.rows:
                 self.disk_cache_rows(lat, size, dav, root_url)
+            if "x" in self.rows:
+                dest = self.fresh(f"zarrfs-copy-{size}")
+
+                def zcopy(_m, dest=dest, size=size):
+                    self.sh([self.bin, "copy", f"{root_url}/{size}", str(dest), "--unshard"])
+
+                def zcopy_check(_o, dest=dest, size=size):
+                    err = check_dataset_copy(dest, size)
+                    shutil.rmtree(dest, ignore_errors=True)
+                    return err
+
+                self.row(lat, size, "x", "zarrfs copy --unshard (the dataset)", ref_what="rclone raw (a)",
+                         ref=ref_a, z=lambda: self.measure(dav, zcopy, zcopy_check))
             if "f" in self.rows:
                 self.row(lat, size, "f", "cat first chunk",
                          z=lambda: self.measure(dav, self.cat_first(size), mount=http_mount))
@@ -1016,7 +1029,8 @@ the URL (fsspec HTTP); e: tensorstore reading the sharded array over HTTP and wr
 copy, vs b; f: cat of c/0/0 right after the mount; g: a cold find / ls -lR / du -s of the root
 (3 arrays, 48 shards, 5,376 chunk files); h: the same over S3 (moto); k: cp -r of the array from
 a remount with the --cache of a mount that copied it once, within the metadata TTL (60 s) and after
-it (1 s: each shard confirmed by a HEAD), vs row n's native cp -r of the copy on local disk.
+it (1 s: each shard confirmed by a HEAD), vs row n's native cp -r of the copy on local disk; x:
+`zarrfs copy URL DEST --unshard` of the dataset (no mount; the whole command, to local disk), vs a.
 n: no network, no FUSE: the clients of b, c and d alone on an unsharded copy of the view on local
 disk (made once per chunk size before the latency rows: cp -r of the view's dataset from a fresh
 mount at 0 ms, checked, its time shown for information); page cache dropped, the fastest of

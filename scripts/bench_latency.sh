@@ -14,6 +14,7 @@
 #   f  cat of the first chunk file right after the mount: seconds, requests, round trips
 #   g  a cold find, ls -lR and du -s of the root (3 arrays, 48 shards)
 #   h  S3 (moto): rclone's raw copy, cp -r of the view, f and g
+#   x  zarrfs copy URL DEST --unshard of the dataset to local disk (issue 26; no mount), vs a
 #   k  cp -r of the view from a remount with the --cache of a mount that copied it once (issue
 #      25), within the metadata TTL and after it, vs the native cp -r of row n
 # and once per size, before the latency loops, with no network and no FUSE:
@@ -37,7 +38,7 @@
 #                          else target/release/zarrfs-delay-proxy)
 #        LATENCIES         round trips in ms (default "0 20 50")
 #        SIZES             "small large" (default both: 8 KiB and 128 KiB inner chunks)
-#        ROWS              letters of the rows above (default abcdefghkn; b is measured for e too)
+#        ROWS              letters of the rows above (default abcdefghknx; b is measured for e too)
 #        RUNS              timed runs per measurement, the fastest is kept (default 1)
 #        FLOOR_RUNS        timed runs of each row n, the fastest is kept (default: RUNS, at least 2)
 #        CLIENT_CAP        seconds after which a Python client row (d, e) is stopped and shown
