@@ -13,16 +13,11 @@ use crate::fs::journal::Journal;
 use crate::fs::{Fs, FsConfig};
 use crate::fuse::mount_table::absolute_mount_path;
 use crate::fuse::session::{self, MountConfig};
-use crate::source::{
-    check_reachable, open_store, search_options, source_name, with_caches, zarr_warning, LOOK_ENTRIES,
-};
-use crate::store::counting::CountingStore;
+use crate::source::{check_reachable, open_store, source_name, zarr_warning, LOOK_ENTRIES};
 use crate::store::disk_cache::store::DiskCachedStore;
 use crate::store::object::SearchOptions;
-use crate::store::prefetch::PrefetchStats;
-use crate::store::transport::WireStats;
 use crate::store::Store;
-use crate::view::{View, ViewMode, ViewOptions, WarmUpLimits};
+use crate::view::{View, ViewMode, WarmUpLimits};
 
 /// Run a parsed command line; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
@@ -252,49 +247,8 @@ async fn check_and_warm_up(view: &View, store: &dyn Store, source: &SourceSpec) 
 
 /// Open the source, check it answers, build the filesystem and mount it.
 fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<Started> {
-    let (backend, wire) = open_store(&settings.source, settings.writable, search_options(settings))?;
-    let counters = Arc::new(CountingStore::new(backend));
-    let prefetch = Arc::new(PrefetchStats::default());
-    let disk_cache = match &settings.disk_cache {
-        Some((dir, max_bytes)) => Some(Arc::new(DiskCachedStore::open(
-            counters.clone(),
-            dir,
-            *max_bytes,
-            &source_name(&settings.source),
-            settings.metadata_ttl,
-        )?)),
-        None => None,
-    };
-    let read_through: Arc<dyn crate::store::Store> = match &disk_cache {
-        Some(cached) => cached.clone(),
-        None => counters.clone(),
-    };
-    let store = with_caches(read_through, &settings.source, settings.metadata_ttl, prefetch.clone());
-    let remote = matches!(settings.source, SourceSpec::Remote { .. });
-    // Shard bytes are cached where requests are dear (remote sources, or when asked for with
-    // --prefetch-size): three quarters of the cache, indexes the rest.
-    let cache_shard_bytes = remote || settings.prefetch_bytes > 0;
-    let options = ViewOptions {
-        mode: settings.view,
-        index_cache_bytes: if cache_shard_bytes {
-            settings.cache_bytes / 4
-        } else {
-            settings.cache_bytes
-        },
-        data_cache_bytes: if cache_shard_bytes {
-            settings.cache_bytes - settings.cache_bytes / 4
-        } else {
-            0
-        },
-        prefetch_bytes: settings.prefetch_bytes,
-        metadata_ttl: settings.metadata_ttl,
-        remote,
-        max_probe_shards: settings.max_probe_shards,
-        v2_compressor: settings.v2_compressor,
-        open_snapshot_bytes: settings.cache_bytes as u64,
-        prefetch_stats: prefetch.clone(),
-    };
-    let view = View::new(store.clone(), &options);
+    let crate::reading::Reading { view, store, counters } = crate::reading::open(settings)?;
+    let disk_cache = counters.disk_cache.clone();
     runtime.block_on(check_and_warm_up(&view, &*store, &settings.source))?;
     let mut fs_config = FsConfig::read_only(
         settings.uid,
@@ -310,12 +264,6 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     // kernel must not keep one.
     fs_config.kernel_listings =
         settings.metadata_ttl >= crate::fs::kernel_listings::MIN_TTL && store.capabilities().listable;
-    let counters = StoreCounters {
-        store: counters,
-        wire,
-        prefetch,
-        disk_cache: disk_cache.clone(),
-    };
     let max_file_size = fs_config.max_file_size as u64;
     let mut fs = Fs::new(view, fs_config).with_counters(Arc::new(counters));
     let replay = match settings.journal.as_ref().filter(|_| settings.writable) {
@@ -380,36 +328,4 @@ fn inspect(source: &str, json: bool) -> Result<()> {
         print!("{}", report.to_text());
     }
     Ok(())
-}
-
-/// The request counters of the mount's store, and what a remote source's client sent.
-#[derive(Debug)]
-struct StoreCounters {
-    store: Arc<CountingStore>,
-    wire: Option<Arc<WireStats>>,
-    /// What the metadata warm-up fetched and what of it was used; requests joined.
-    prefetch: Arc<PrefetchStats>,
-    disk_cache: Option<Arc<DiskCachedStore>>,
-}
-
-impl crate::fs::Counters for StoreCounters {
-    fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
-        let mut stats = as_object(serde_json::to_value(self.store.counts()));
-        stats.extend(as_object(serde_json::to_value(self.prefetch.counts())));
-        if let Some(wire) = &self.wire {
-            stats.extend(as_object(serde_json::to_value(wire.counts())));
-        }
-        if let Some(cached) = &self.disk_cache {
-            stats.extend(as_object(serde_json::to_value(cached.counts())));
-        }
-        stats
-    }
-}
-
-/// The fields of a serialised counter struct (none if it did not serialise to an object).
-fn as_object(value: serde_json::Result<serde_json::Value>) -> serde_json::Map<String, serde_json::Value> {
-    match value {
-        Ok(serde_json::Value::Object(map)) => map,
-        _ => serde_json::Map::new(),
-    }
 }

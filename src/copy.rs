@@ -15,16 +15,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 
 use crate::cli::SourceSpec;
-use crate::store::object::SearchOptions;
-use crate::store::prefetch::PrefetchStats;
 use crate::store::Store;
-use crate::view::{View, ViewMode, ViewOptions};
+use crate::view::View;
+use clap::Parser;
 
 /// Files copied at once unless `--jobs` says otherwise.
 pub const DEFAULT_JOBS: usize = 16;
@@ -133,25 +132,15 @@ async fn open_dest(dest: &str) -> Result<Dest> {
     Ok(Dest::Store(store))
 }
 
-/// The unsharded view of SOURCE, with the caches a remote mount would have.
+/// The unsharded view of SOURCE, read exactly as a read-only mount of it with the default
+/// options would read it (its caches, prefetch window and TTL).
 fn source_view(source: &str) -> Result<View> {
-    let spec = SourceSpec::parse(source).map_err(|m| anyhow::anyhow!(m))?;
-    let remote = matches!(spec, SourceSpec::Remote { .. });
-    let (store, _) = crate::source::open_store(&spec, false, SearchOptions::default())?;
-    let ttl = Duration::from_secs(3600);
-    let store = crate::source::with_caches(store, &spec, ttl, Arc::new(PrefetchStats::default()));
-    let cache: usize = if remote { 512 << 20 } else { 64 << 20 };
-    let options = ViewOptions {
-        mode: ViewMode::Unsharded,
-        index_cache_bytes: if remote { cache / 4 } else { cache },
-        data_cache_bytes: if remote { cache - cache / 4 } else { 0 },
-        prefetch_bytes: if remote { 8 << 20 } else { 0 },
-        metadata_ttl: ttl,
-        remote,
-        open_snapshot_bytes: cache as u64,
-        ..ViewOptions::default()
+    let cli = crate::cli::Cli::try_parse_from(["zarrfs", "mount", source, "/", "--read-only"])?;
+    let crate::cli::Command::Mount(args) = cli.command else {
+        bail!("{source}: not a source");
     };
-    Ok(View::new(store, &options))
+    let settings = args.settings().map_err(|m| anyhow::anyhow!(m))?;
+    Ok(crate::reading::open(&settings)?.view)
 }
 
 /// Copy every file under `dir` of the view to the same key of `dest`, depth first.

@@ -20,6 +20,7 @@ pub mod mount_options;
 pub mod mount_settings;
 pub mod mount_stats;
 pub mod mountpoint;
+pub mod reading;
 pub mod shard;
 pub mod source;
 pub mod store;
