@@ -29,7 +29,25 @@ pub fn run(cli: Cli) -> i32 {
         Command::Unmount { mountpoint } => crate::mountpoint::unmount(&mountpoint),
         Command::Stats { mountpoint, json } => crate::mount_stats::print(&mountpoint, json),
         Command::Inspect { source, json } => inspect(&source, json),
-        Command::Copy { source, dest, jobs, .. } => crate::copy::run(&source, &dest, jobs),
+        Command::Copy {
+            source,
+            dest,
+            jobs,
+            part,
+            verify,
+            json,
+            progress_every,
+            ..
+        } => crate::copy::run(&crate::copy::CopyArgs {
+            source,
+            dest,
+            jobs,
+            part: part.unwrap_or(crate::copy::Part::WHOLE),
+            verify,
+            json,
+            progress_every: std::time::Duration::try_from_secs_f64(progress_every.clamp(0.1, 1e6))
+                .unwrap_or(std::time::Duration::from_secs(10)),
+        }),
     };
     match result {
         Ok(()) => 0,

@@ -74,14 +74,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Copy the unsharded view of SOURCE to DEST (an empty directory, s3://, gs:// or az://),
-    /// byte for byte what `cp -r` of a mount gives, without mounting. Remote sources and
-    /// destinations take their credentials and endpoint from the environment, as listed in
-    /// `zarrfs mount --help`.
+    /// Copy the unsharded view of SOURCE to DEST (a directory, s3://, gs:// or az://), byte
+    /// for byte what `cp -r` of a mount gives, without mounting; split over machines with
+    /// --part; a rerun skips what DEST already holds. Remote sources and destinations take
+    /// their credentials and endpoint from the environment, as listed in `zarrfs mount --help`.
     Copy {
         /// What to copy: a directory, file://, s3://, gs://, az:// or http(s):// URL.
         source: String,
-        /// Where to: a directory (created if missing) or an object store URL; must be empty.
+        /// Where to: a directory (created if missing) or an object store URL. It may hold an
+        /// earlier or concurrent copy of the same source (what it holds in full is skipped),
+        /// but no other hierarchy.
         dest: String,
         /// Write the unsharded view (every inner chunk its own object, metadata rewritten).
         /// Required: packing into shards (--shard) is not there yet.
@@ -90,6 +92,22 @@ pub enum Command {
         /// Files copied at once.
         #[arg(long, value_name = "N", default_value_t = crate::copy::DEFAULT_JOBS)]
         jobs: usize,
+        /// Copy only part K of N (K from 0 to N-1): whole shards, balanced by bytes, the same
+        /// on every machine, so N machines with K = 0..N-1 copy the whole together (a Slurm
+        /// job array, a Kubernetes Indexed Job).
+        #[arg(long, value_name = "K/N", value_parser = crate::copy::Part::parse)]
+        part: Option<crate::copy::Part>,
+        /// Compare bytes, not sizes: files DEST holds are read and compared (and rewritten if
+        /// they differ), and every file written is read back.
+        #[arg(long)]
+        verify: bool,
+        /// Print the summary as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+        /// Seconds between progress lines when stderr is not a terminal (on a terminal, a
+        /// progress bar).
+        #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+        progress_every: f64,
     },
     /// Print the hierarchy: arrays, sharding, shard and chunk counts, and problems found.
     Inspect {

@@ -118,7 +118,7 @@ fn store_errno(e: &StoreError) -> i32 {
 fn shard_errno(e: &ShardError) -> i32 {
     match e {
         ShardError::Store(e) => store_errno(e),
-        ShardError::Corrupt { .. } | ShardError::Layout { .. } => libc::EIO,
+        ShardError::Corrupt { .. } | ShardError::Layout { .. } | ShardError::Unlistable { .. } => libc::EIO,
         ShardError::Unstable { .. } => libc::ESTALE,
         ShardError::OutsideGrid { .. } => libc::EINVAL,
         ShardError::Shared(inner) => shard_errno(inner),

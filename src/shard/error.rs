@@ -24,6 +24,12 @@ pub enum ShardError {
     /// The shard kept changing while being read or committed, beyond the retry budget.
     #[error("shard {key} changed repeatedly while being read or written")]
     Unstable { key: String },
+    /// The store cannot be listed and the array has more shards than may be probed.
+    #[error(
+        "{key}: the source cannot be listed and the array has {shards} shards, more than \
+         --max-probe-shards {limit} (raise it to find them by reading their indexes)"
+    )]
+    Unlistable { key: String, shards: u64, limit: u64 },
     /// A chunk key that lies outside the array's chunk grid.
     #[error("{key}: outside the array's chunk grid")]
     OutsideGrid { key: String },
@@ -77,7 +83,8 @@ impl ShardError {
             ShardError::Corrupt { key, .. }
             | ShardError::Layout { key, .. }
             | ShardError::Unstable { key }
-            | ShardError::OutsideGrid { key } => Some(key),
+            | ShardError::OutsideGrid { key }
+            | ShardError::Unlistable { key, .. } => Some(key),
             ShardError::Store(_) => None,
             ShardError::Shared(inner) => inner.key(),
         }

@@ -15,10 +15,67 @@ impl ShardedArray {
     /// the shard directories below it, each level's directories listed concurrently; `/`
     /// separators).
     pub(super) async fn shards_under(&self, shard_prefix: &[u64]) -> Result<Vec<Vec<u64>>, ShardError> {
-        use futures::{StreamExt, TryStreamExt};
         if !self.store.capabilities().listable {
             return self.probe_shards(shard_prefix).await;
         }
+        Ok(self
+            .walk_shards(shard_prefix)
+            .await?
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect())
+    }
+
+    /// Every stored shard of the array with its stored size, for work planned over whole
+    /// shards (`zarrfs copy --part`): one walk of the shard directories (or one listing of the
+    /// array directory with `.` separators), and no index read. On a store that cannot be
+    /// listed, the grid's shards are probed, and a grid beyond `max_probe_shards` is an error:
+    /// a plan must not miss shards silently.
+    pub async fn stored_shards_sized(&self) -> Result<Vec<(Vec<u64>, u64)>, ShardError> {
+        if !self.store.capabilities().listable {
+            let (_, _, count) = self.probe_box(&[]);
+            let limit = self.options.max_probe_shards;
+            if count > limit {
+                return Err(ShardError::Unlistable {
+                    key: self.prefix.clone(),
+                    shards: count,
+                    limit,
+                });
+            }
+            let mut found = Vec::new();
+            for coords in self.probe_shards(&[]).await? {
+                let size = match self.top_index_listed(&self.shard_key(&coords)).await {
+                    Ok(Some(index)) => index.shard_size,
+                    _ => 0,
+                };
+                found.push((coords, size));
+            }
+            return Ok(found);
+        }
+        if self.ndim() == 0 {
+            let key = self.shard_key(&[]);
+            let meta = self.store.head(&key).await?;
+            return Ok(meta.map(|m| (Vec::new(), m.size)).into_iter().collect());
+        }
+        if self.encoding.separator() != '/' {
+            let entries = self.store.list_dir(&self.prefix).await?;
+            let mut found: Vec<_> = entries
+                .iter()
+                .filter_map(|e| match e.kind {
+                    EntryKind::File { size } => Some((self.encoding.decode(&e.name, self.ndim())?, size)),
+                    EntryKind::Dir => None,
+                })
+                .collect();
+            found.sort_unstable();
+            return Ok(found);
+        }
+        self.walk_shards(&[]).await
+    }
+
+    /// The shards below `shard_prefix` with their sizes, from a walk of the shard directories
+    /// (`/` separators, a listable store).
+    async fn walk_shards(&self, shard_prefix: &[u64]) -> Result<Vec<(Vec<u64>, u64)>, ShardError> {
+        use futures::{StreamExt, TryStreamExt};
         let mut found = Vec::new();
         let mut level = vec![shard_prefix.to_vec()];
         while !level.is_empty() {
@@ -44,9 +101,9 @@ impl ShardedArray {
                     };
                     let mut coords = prefix.clone();
                     coords.push(c);
-                    if leaf {
+                    if let (true, EntryKind::File { size }) = (leaf, &entry.kind) {
                         self.listed_shard_size(&entry.kind);
-                        found.push(coords);
+                        found.push((coords, *size));
                     } else {
                         level.push(coords);
                     }

@@ -93,7 +93,18 @@ impl View {
     /// is stored there (shards themselves, being in the chunk key space, are hidden).
     async fn list_array_dir(&self, node: &ShardedNode) -> Result<Vec<(String, Node)>, ViewError> {
         let array = &node.array;
-        let (encoding, ndim) = (array.encoding(), array.ndim());
+        let mut out = self.list_array_dir_stored(node).await?;
+        for entry in array.list_array_dir().await? {
+            out.push((entry.name.clone(), self.chunk_node(array, &entry.name, &entry)));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// The entries of a sharded array's directory outside its chunk tree: its rewritten
+    /// metadata and whatever else is stored there (no index is read).
+    pub(super) async fn list_array_dir_stored(&self, node: &ShardedNode) -> Result<Vec<(String, Node)>, ViewError> {
+        let (encoding, ndim) = (node.array.encoding(), node.array.ndim());
         let mut out = Vec::new();
         for (name, stored) in self.list_stored(&node.dir).await? {
             if name == METADATA && node.draft.is_none() {
@@ -104,10 +115,6 @@ impl View {
                 out.push((name, stored));
             }
         }
-        for entry in array.list_array_dir().await? {
-            out.push((entry.name.clone(), self.chunk_node(array, &entry.name, &entry)));
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 

@@ -1,38 +1,14 @@
 """`zarrfs copy SOURCE DEST --unshard` (issue 26, first part): the unsharded view written to DEST
 without a mount, byte for byte what `cp -r` of a read-only mount of SOURCE gives; from a local
-directory and from S3 (moto), to a directory and to S3; a destination that is not empty is
-refused and left as it was.
+directory and from S3 (moto), to a directory and to S3; a destination that holds another
+hierarchy is refused and left as it was, one that holds unrelated files is added to.
 """
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import seed_remote as SR
-from conftest import Mount, run_zarrfs
-from helpers import walk_files
+from conftest import run_zarrfs
+from copying import contents, copy, mount_copy
 from remote import remote  # noqa: F401 - fixture
-
-
-def contents(root: Path) -> dict[str, bytes]:
-    return {rel: p.read_bytes() for rel, p in walk_files(root).items()}
-
-
-def mount_copy(mounter, source, dest: Path) -> dict[str, bytes]:
-    """What `cp -r` of a read-only mount of SOURCE gives."""
-    m = mounter(source, "--read-only")
-    res = subprocess.run(["cp", "-r", str(m.path()), str(dest)], capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr
-    return contents(dest)
-
-
-def copy(zarrfs_bin, source, dest, *extra, env: dict | None = None) -> subprocess.CompletedProcess:
-    if env is None:
-        return run_zarrfs(zarrfs_bin, "copy", source, dest, "--unshard", *extra, timeout=300)
-    return subprocess.run([str(zarrfs_bin), "copy", str(source), str(dest), "--unshard", *extra],
-                          capture_output=True, text=True, timeout=300,
-                          env={**Mount.daemon_env(), **env})
 
 
 def test_a_local_copy_is_what_cp_r_of_the_mount_gives(zarrfs_bin, mounter, tree, tmp_path, frozen_source):
@@ -66,15 +42,28 @@ def test_through_s3_both_ways(zarrfs_bin, mounter, remote, tree, tmp_path):
     assert contents(tmp_path / "round-trip") == want
 
 
-def test_a_destination_that_is_not_empty_is_refused_and_left_alone(zarrfs_bin, tree, tmp_path):
+def test_a_destination_holding_another_hierarchy_is_refused_and_left_alone(zarrfs_bin, tree, tmp_path):
     dest = tmp_path / "dest"
-    dest.mkdir()
-    (dest / "mine.txt").write_text("keep me")
-    res = copy(zarrfs_bin, tree.root, dest)
+    res = copy(zarrfs_bin, tree.root / "zp", dest)
+    assert res.returncode == 0, res.stderr
+    before = contents(dest)
+    # Another group copied to the same place: its root zarr.json differs.
+    res = copy(zarrfs_bin, tree.root / "ts", dest)
     assert res.returncode != 0
-    assert "not empty" in res.stderr and "nothing was written" in res.stderr, res.stderr
-    assert contents(dest) == {"mine.txt": b"keep me"}
+    assert "holds another hierarchy" in res.stderr and "zarr.json" in res.stderr, res.stderr
+    assert "nothing was written" in res.stderr, res.stderr
+    assert contents(dest) == before
     res = copy(zarrfs_bin, tmp_path / "no-such-dir", tmp_path / "other")
     assert res.returncode != 0 and "no-such-dir" in res.stderr, res.stderr
     res = run_zarrfs(zarrfs_bin, "copy", tree.root, tmp_path / "x")
     assert res.returncode != 0 and "--unshard" in res.stderr, res.stderr
+
+
+def test_unrelated_files_in_the_destination_are_kept(zarrfs_bin, mounter, tree, tmp_path):
+    want = mount_copy(mounter, tree.root / "zp", tmp_path / "via-mount")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("keep me")
+    res = copy(zarrfs_bin, tree.root / "zp", dest)
+    assert res.returncode == 0, res.stderr
+    assert contents(dest) == {**want, "mine.txt": b"keep me"}

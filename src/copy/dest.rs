@@ -1,0 +1,174 @@
+//! Where a copy goes: a local directory or an object store, written, asked what it holds (for
+//! reruns, which skip files already there in full) and read back (`--verify`).
+//!
+//! A local DEST is written with plain writes, as `cp` does (no `fsync` per file), and synced
+//! once at the end with `syncfs`, so the copy is on disk when the command returns; a file cut
+//! short by a kill is shorter than it should be, so a rerun writes it again. An object store
+//! is written with one PUT per file, which is atomic. What an object store holds is learnt a
+//! directory at a time (one listing, sizes included), the last few listings kept: a copy
+//! works through its files in key order, so it asks about the same directory many times
+//! running.
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use tokio::sync::OnceCell;
+
+use crate::cli::SourceSpec;
+use crate::store::key::dir_prefix;
+use crate::store::{EntryKind, GetOptions, Store};
+
+/// Directory listings of an object-store DEST kept at once.
+const LISTINGS_KEPT: usize = 256;
+
+type Listing = Arc<OnceCell<HashMap<String, u64>>>;
+
+pub enum Dest {
+    Local(PathBuf),
+    Store {
+        store: Arc<dyn Store>,
+        listings: Mutex<lru::LruCache<String, Listing>>,
+    },
+}
+
+impl Dest {
+    /// Open DEST for writing (a local directory is created if missing) and say whether it holds
+    /// nothing yet.
+    pub async fn open(dest: &str) -> Result<(Dest, bool)> {
+        let spec = SourceSpec::parse(dest).map_err(|m| anyhow::anyhow!(m))?;
+        match spec {
+            SourceSpec::Local(path) => {
+                std::fs::create_dir_all(&path).with_context(|| format!("cannot create {}", path.display()))?;
+                let empty = std::fs::read_dir(&path)
+                    .with_context(|| format!("cannot list the destination {dest}"))?
+                    .next()
+                    .is_none();
+                Ok((Dest::Local(path), empty))
+            }
+            SourceSpec::Remote { url, options } => {
+                if crate::store::remote::is_http_url(&url) {
+                    bail!("{dest}: an HTTP destination cannot be written (use a directory, s3://, gs:// or az://)");
+                }
+                let store: Arc<dyn Store> =
+                    Arc::new(crate::store::remote::open(&url, &options, true).map_err(|m| anyhow::anyhow!(m))?);
+                let empty = store
+                    .list_dir("")
+                    .await
+                    .with_context(|| format!("cannot list the destination {dest}"))?
+                    .is_empty();
+                let listings = Mutex::new(lru::LruCache::new(
+                    NonZeroUsize::new(LISTINGS_KEPT).unwrap_or(NonZeroUsize::MIN),
+                ));
+                Ok((Dest::Store { store, listings }, empty))
+            }
+        }
+    }
+
+    pub async fn write(&self, key: &str, bytes: Bytes) -> Result<()> {
+        match self {
+            Dest::Local(root) => {
+                let path = root.join(key);
+                tokio::task::spawn_blocking(move || {
+                    if let Some(parent) = path.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::write(&path, &bytes)
+                })
+                .await??;
+            }
+            Dest::Store { store, .. } => {
+                store.set(key, bytes).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn make_dir(&self, key: &str) -> Result<()> {
+        match self {
+            Dest::Local(root) => {
+                let path = root.join(key);
+                tokio::task::spawn_blocking(move || std::fs::create_dir_all(path)).await??;
+            }
+            Dest::Store { store, .. } => store.create_dir(&dir_prefix(key)).await?,
+        }
+        Ok(())
+    }
+
+    /// The size of the file DEST holds at `key`, if any.
+    pub async fn size_of(&self, key: &str) -> Result<Option<u64>> {
+        match self {
+            Dest::Local(root) => {
+                let path = root.join(key);
+                let meta = tokio::task::spawn_blocking(move || std::fs::metadata(path)).await?;
+                Ok(match meta {
+                    Ok(meta) if meta.is_file() => Some(meta.len()),
+                    Ok(_) => None,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) => return Err(e.into()),
+                })
+            }
+            Dest::Store { store, listings } => {
+                let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
+                let prefix = dir_prefix(dir);
+                let listing = {
+                    let mut kept = listings.lock().unwrap_or_else(|e| e.into_inner());
+                    kept.get_or_insert(prefix.clone(), Listing::default).clone()
+                };
+                let sizes = listing
+                    .get_or_try_init(|| async {
+                        let entries = store.list_dir(&prefix).await?;
+                        anyhow::Ok(
+                            entries
+                                .into_iter()
+                                .filter_map(|e| match e.kind {
+                                    EntryKind::File { size } => Some((e.name, size)),
+                                    EntryKind::Dir => None,
+                                })
+                                .collect(),
+                        )
+                    })
+                    .await?;
+                Ok(sizes.get(name).copied())
+            }
+        }
+    }
+
+    /// The bytes DEST holds at `key`, if any.
+    pub async fn read(&self, key: &str) -> Result<Option<Bytes>> {
+        match self {
+            Dest::Local(root) => {
+                let path = root.join(key);
+                match tokio::task::spawn_blocking(move || std::fs::read(path)).await? {
+                    Ok(bytes) => Ok(Some(bytes.into())),
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory
+                        ) =>
+                    {
+                        Ok(None)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Dest::Store { store, .. } => Ok(store.get(key, GetOptions::default()).await?.map(|g| g.bytes)),
+        }
+    }
+
+    /// Make what was written durable (local: one `syncfs`).
+    pub async fn finish(&self) -> Result<()> {
+        if let Dest::Local(root) = self {
+            let root = root.clone();
+            tokio::task::spawn_blocking(move || {
+                let dir = std::fs::File::open(&root)?;
+                nix::unistd::syncfs(&dir).map_err(std::io::Error::from)
+            })
+            .await??;
+        }
+        Ok(())
+    }
+}

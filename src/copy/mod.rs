@@ -1,0 +1,168 @@
+//! `zarrfs copy SOURCE DEST --unshard`: the unsharded view of SOURCE written to DEST without a
+//! mount, split over machines with `--part K/N`, resumable, with progress.
+//!
+//! The copy is the mount's view itself, read exactly as a default read-only mount reads it
+//! (`reading::open`): the same rewritten metadata, the same chunk files, so DEST holds byte for
+//! byte what `cp -r` of a mount of SOURCE gives; nothing is decoded or re-encoded. It runs in
+//! three steps:
+//! - [`plan`]: the view walked once, sharded arrays' chunk trees taken as their stored shards
+//!   (listings only), and the part's share cut from it by bytes;
+//! - a check that DEST, if it holds anything, holds no other hierarchy: every metadata document
+//!   of the plan that DEST holds must have the copy's bytes, or nothing is written;
+//! - [`work`]: the part's units copied, each shard's index read and its chunk files written,
+//!   `--jobs` files at a time, files already in DEST skipped; [`progress`] shows how far it
+//!   got and sums up. Metadata is written last.
+//!
+//! Not here yet: `--shard` (packing an unsharded hierarchy into shards).
+
+mod dest;
+pub mod plan;
+mod progress;
+mod work;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use clap::Parser;
+
+use crate::view::View;
+use dest::Dest;
+pub use plan::Part;
+use plan::Unit;
+use progress::{Progress, Tally, Totals};
+
+/// Files copied at once unless `--jobs` says otherwise.
+pub const DEFAULT_JOBS: usize = 16;
+
+/// What `zarrfs copy` was asked to do.
+#[derive(Debug, Clone)]
+pub struct CopyArgs {
+    pub source: String,
+    pub dest: String,
+    pub jobs: usize,
+    pub part: Part,
+    pub verify: bool,
+    pub json: bool,
+    pub progress_every: Duration,
+}
+
+/// The unsharded view of SOURCE, read exactly as a read-only mount of it with the default
+/// options would read it (its caches, prefetch window and TTL).
+fn source_view(source: &str) -> Result<View> {
+    let cli = crate::cli::Cli::try_parse_from(["zarrfs", "mount", source, "/", "--read-only"])?;
+    let crate::cli::Command::Mount(args) = cli.command else {
+        bail!("{source}: not a source");
+    };
+    let settings = args.settings().map_err(|m| anyhow::anyhow!(m))?;
+    Ok(crate::reading::open(&settings)?.view)
+}
+
+/// `zarrfs copy SOURCE DEST --unshard …`.
+pub fn run(args: &CopyArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let started = Instant::now();
+    let tally = Arc::new(Tally::default());
+    let totals = runtime.block_on(copy(args, &tally))?;
+    let elapsed = started.elapsed();
+    let failed = tally.files_failed.load(Relaxed);
+    if args.json {
+        let head = serde_json::json!({ "source": args.source, "dest": args.dest, "part": args.part.to_string() });
+        println!("{}", tally.json(head, &totals, elapsed));
+    } else {
+        println!("{}", summary(args, &tally, elapsed));
+        for (path, error) in tally.failures() {
+            eprintln!("zarrfs copy: failed: {path}: {error}");
+        }
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} files failed (named above); rerun the same command to copy them: what is already in {} is skipped",
+            args.dest
+        );
+    }
+    Ok(())
+}
+
+async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
+    let view = source_view(&args.source)?;
+    let (dest, empty) = Dest::open(&args.dest).await?;
+    let plan = plan::walk(&view)
+        .await
+        .map_err(|e| e.context(format!("cannot plan the copy of {}", args.source)))?;
+    if !empty {
+        let conflicts = work::metadata_conflicts(&view, &dest, &plan.units, args.jobs).await?;
+        if let Some(first) = conflicts.first() {
+            bail!(
+                "the destination {} holds another hierarchy: its {first}{} differs from what this copy writes; \
+                 nothing was written (copy into an empty destination, or one holding an earlier copy of the same source)",
+                args.dest,
+                match conflicts.len() {
+                    1 => String::new(),
+                    n => format!(" (and {} more metadata documents)", n - 1),
+                }
+            );
+        }
+    }
+    let mine: Vec<Unit> = plan::cut(&plan.units, args.part)
+        .into_iter()
+        .map(|i| plan.units[i].clone())
+        .collect();
+    if args.part.k == 0 {
+        for dir in &plan.dirs {
+            dest.make_dir(dir).await?;
+        }
+    }
+    let totals = Totals {
+        units: mine.len() as u64,
+        shards: mine.iter().filter(|u| matches!(u, Unit::Shard(_))).count() as u64,
+        bytes: mine.iter().map(Unit::size).sum(),
+    };
+    let progress = Progress::start(tally.clone(), totals, args.progress_every);
+    let work = work::Work {
+        view: &view,
+        dest: &dest,
+        tally,
+        jobs: args.jobs,
+        check_dest: !empty,
+        verify: args.verify,
+    };
+    let done = work.run(mine).await;
+    progress.finish();
+    // What was written is made durable even when the copy stopped early: a rerun skips it.
+    dest.finish().await?;
+    done?;
+    Ok(totals)
+}
+
+fn summary(args: &CopyArgs, tally: &Tally, elapsed: Duration) -> String {
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(Relaxed);
+    let secs = elapsed.as_secs_f64();
+    let copied = get(&tally.bytes_copied);
+    let mut line = format!(
+        "copied {} files ({}) to {} in {secs:.2} s ({:.1} MB/s)",
+        get(&tally.files_copied),
+        crate::mount_stats::bytes(copied),
+        args.dest,
+        copied as f64 / 1e6 / secs.max(1e-9)
+    );
+    if !args.part.is_whole() {
+        line += &format!(", part {} ({} shards)", args.part, get(&tally.shards_done));
+    }
+    let skipped = get(&tally.files_skipped);
+    if skipped > 0 {
+        line += &format!(
+            "; skipped {skipped} files ({}) the destination already held",
+            crate::mount_stats::bytes(get(&tally.bytes_skipped))
+        );
+    }
+    if args.verify {
+        line += &format!("; verified {} files", get(&tally.files_verified));
+    }
+    let failed = get(&tally.files_failed);
+    if failed > 0 {
+        line += &format!("; {failed} failed");
+    }
+    line
+}

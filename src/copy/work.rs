@@ -1,0 +1,211 @@
+//! Copying a part's units: each unit's files (a shard's chunk files, from its index; or the
+//! one file), many at a time, each read through the view and written whole to DEST.
+//!
+//! The units' file lists are found a few units ahead of the copying (a shard's index read
+//! brings its bytes along on a remote source, see `view::copy_units`), and the files of all
+//! of them flow through one pool of `--jobs` copies, so a small shard does not hold the pool
+//! back. A file DEST already holds at its full size is skipped when DEST was not empty at the
+//! start (a rerun, or another part's machine); `--verify` compares bytes instead, rewrites
+//! what differs, and reads back what it wrote. A file that fails is counted and named, and
+//! the copy goes on, up to [`MAX_FAILURES`].
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use futures::StreamExt;
+
+use super::dest::Dest;
+use super::plan::Unit;
+use super::progress::Tally;
+use crate::view::{Node, View};
+
+/// Units whose files are being found ahead of the copying.
+const UNITS_AHEAD: usize = 4;
+
+/// Failed files after which the copy stops (something is wrong with DEST or SOURCE as a
+/// whole, and more attempts only add noise).
+pub const MAX_FAILURES: u64 = 100;
+
+/// How the files of a part are copied.
+pub struct Work<'a> {
+    pub view: &'a View,
+    pub dest: &'a Dest,
+    pub tally: &'a Tally,
+    pub jobs: usize,
+    /// DEST held something at the start: ask it before writing.
+    pub check_dest: bool,
+    pub verify: bool,
+}
+
+/// A unit in progress: when its last file is done, the unit is.
+struct UnitState {
+    size: u64,
+    shard: bool,
+    remaining: AtomicUsize,
+    file_bytes: AtomicU64,
+}
+
+impl Work<'_> {
+    /// Copy every file of `units`, in order.
+    pub async fn run(&self, units: Vec<Unit>) -> Result<()> {
+        let files = futures::stream::iter(units)
+            .map(|unit| async move {
+                let files = self.files_of(&unit).await;
+                (unit, files)
+            })
+            .buffered(UNITS_AHEAD)
+            .flat_map(|(unit, files)| {
+                let state = Arc::new(UnitState {
+                    size: unit.size(),
+                    shard: matches!(unit, Unit::Shard(_)),
+                    remaining: AtomicUsize::new(0),
+                    file_bytes: AtomicU64::new(0),
+                });
+                let files = match files {
+                    Ok(files) => files,
+                    Err(e) => {
+                        self.tally.failed(unit.name(), &e);
+                        Vec::new()
+                    }
+                };
+                state.remaining.store(files.len(), Relaxed);
+                if files.is_empty() {
+                    self.unit_done(&state);
+                }
+                futures::stream::iter(files.into_iter().map(move |(path, node)| (state.clone(), path, node)))
+            });
+        let mut copies = files
+            .map(|(state, path, node)| async move {
+                if let Err(e) = self.copy_file(&path, &node).await {
+                    self.tally.failed(&path, &e);
+                }
+                state.file_bytes.fetch_add(node.size, Relaxed);
+                self.tally.progress_bytes.fetch_add(node.size, Relaxed);
+                if state.remaining.fetch_sub(1, Relaxed) == 1 {
+                    self.unit_done(&state);
+                }
+            })
+            .buffer_unordered(self.jobs.max(1));
+        while copies.next().await.is_some() {
+            let failed = self.tally.files_failed.load(Relaxed);
+            if failed >= MAX_FAILURES {
+                bail!("stopped after {failed} failures");
+            }
+        }
+        Ok(())
+    }
+
+    fn unit_done(&self, state: &UnitState) {
+        let rest = state.size.saturating_sub(state.file_bytes.load(Relaxed));
+        self.tally.progress_bytes.fetch_add(rest, Relaxed);
+        self.tally.units_done.fetch_add(1, Relaxed);
+        if state.shard {
+            self.tally.shards_done.fetch_add(1, Relaxed);
+        }
+    }
+
+    async fn files_of(&self, unit: &Unit) -> Result<Vec<(String, Node)>> {
+        Ok(match unit {
+            Unit::File { path, node } => vec![(path.clone(), node.clone())],
+            Unit::Shard(shard) => self
+                .view
+                .shard_files(shard)
+                .await
+                .with_context(|| format!("cannot read the index of {}", shard.key))?,
+        })
+    }
+
+    async fn read_source(&self, path: &str, node: &Node) -> Result<Bytes> {
+        self.view
+            .read(node, 0, node.size)
+            .await
+            .with_context(|| format!("cannot read {path}"))
+    }
+
+    async fn copy_file(&self, path: &str, node: &Node) -> Result<()> {
+        let mut source = None;
+        if self.check_dest {
+            let held = self
+                .dest
+                .size_of(path)
+                .await
+                .with_context(|| format!("cannot look up {path} in the destination"))?;
+            if held == Some(node.size) {
+                if !self.verify {
+                    self.skipped(node.size);
+                    return Ok(());
+                }
+                let bytes = self.read_source(path, node).await?;
+                if self.read_back(path).await?.as_ref() == Some(&bytes) {
+                    self.tally.files_verified.fetch_add(1, Relaxed);
+                    self.skipped(node.size);
+                    return Ok(());
+                }
+                source = Some(bytes);
+            }
+        }
+        let bytes = match source {
+            Some(bytes) => bytes,
+            None => self.read_source(path, node).await?,
+        };
+        let len = bytes.len() as u64;
+        self.dest
+            .write(path, bytes.clone())
+            .await
+            .with_context(|| format!("cannot write {path}"))?;
+        if self.verify {
+            if self.read_back(path).await?.as_ref() != Some(&bytes) {
+                bail!("{path}: the destination's bytes differ from the source's after writing");
+            }
+            self.tally.files_verified.fetch_add(1, Relaxed);
+        }
+        self.tally.files_copied.fetch_add(1, Relaxed);
+        self.tally.bytes_copied.fetch_add(len, Relaxed);
+        Ok(())
+    }
+
+    fn skipped(&self, size: u64) {
+        self.tally.files_skipped.fetch_add(1, Relaxed);
+        self.tally.bytes_skipped.fetch_add(size, Relaxed);
+    }
+
+    async fn read_back(&self, path: &str) -> Result<Option<Bytes>> {
+        self.dest
+            .read(path)
+            .await
+            .with_context(|| format!("cannot read {path} back from the destination"))
+    }
+}
+
+/// Metadata documents of the plan that DEST holds with other bytes, sorted.
+pub async fn metadata_conflicts(view: &View, dest: &Dest, units: &[Unit], jobs: usize) -> Result<Vec<String>> {
+    let checks = futures::stream::iter(units.iter().filter(|u| u.is_metadata()))
+        .map(|unit| async move {
+            let Unit::File { path, node } = unit else {
+                return Ok(None);
+            };
+            let Some(held) = dest
+                .read(path)
+                .await
+                .with_context(|| format!("cannot read {path} in the destination"))?
+            else {
+                return Ok(None);
+            };
+            let ours = view
+                .read(node, 0, node.size)
+                .await
+                .with_context(|| format!("cannot read {path}"))?;
+            anyhow::Ok((held != ours).then(|| path.clone()))
+        })
+        .buffer_unordered(jobs.max(1))
+        .collect::<Vec<_>>()
+        .await;
+    let mut conflicts = Vec::new();
+    for check in checks {
+        conflicts.extend(check?);
+    }
+    conflicts.sort();
+    Ok(conflicts)
+}
