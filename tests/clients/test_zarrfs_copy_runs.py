@@ -180,3 +180,39 @@ def test_missing_credentials_are_a_clear_error_and_write_nothing(zarrfs_bin, rem
                           "--unshard"], capture_output=True, text=True, timeout=120, env={**clean, **env})
     assert res.returncode != 0 and "no AWS credentials" in res.stderr, res.stderr
     assert not (tmp_path / "d").exists() or not os.listdir(tmp_path / "d")
+
+
+def readme_block(after: str, lang: str) -> str:
+    """The first ```lang block of the README after the line containing `after`."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rest = text[text.index(after):]
+    start = rest.index(f"```{lang}\n") + len(lang) + 4
+    return rest[start:rest.index("```", start)]
+
+
+def test_the_readme_slurm_and_kubernetes_examples_copy_the_whole(zarrfs_bin, mounter, remote, tree, tmp_path):
+    """Each example run as its scheduler would run it: the Slurm script once per array task, the
+    Kubernetes container's command once per completion index, against S3 (moto)."""
+    want = mount_copy(mounter, tree.root / "zp", tmp_path / "via-mount")
+    prefix = remote.seed("s3", tree.root / "zp", "copy-readme-src")
+    env = {**Mount.daemon_env(), **remote.env("s3"), "PATH": f"{Path(zarrfs_bin).parent}:{os.environ['PATH']}"}
+    slurm = readme_block("A Slurm job array", "sh")
+    tasks = int(re.search(r"#SBATCH --array=0-(\d+)", slurm).group(1)) + 1
+    kube = readme_block("A Kubernetes Indexed Job", "yaml")
+    pods = int(re.search(r"completions: (\d+)", kube).group(1))
+    command = re.search(r"- (zarrfs copy .*?)\n\s+envFrom", kube, re.S).group(1)
+    command = " ".join(command.split())
+    for name, script, runs, var in [("slurm", slurm, tasks, "SLURM_ARRAY_TASK_ID"),
+                                    ("kube", command, pods, "JOB_COMPLETION_INDEX")]:
+        dest = f"{remote.run}/copy-readme-{name}"
+        script = (script.replace("s3://bucket/dataset-unsharded.zarr", SR.url("s3", dest))
+                  .replace("s3://bucket/dataset.zarr", SR.url("s3", prefix)))
+        workdir = tmp_path / name
+        workdir.mkdir()
+        for k in range(runs):
+            res = subprocess.run(["sh", "-c", script], cwd=workdir, capture_output=True, text=True,
+                                 timeout=120, env={**env, var: str(k)})
+            assert res.returncode == 0, f"{name} {k}: {res.stderr}"
+        assert contents(download_tree("s3", dest, tmp_path / f"{name}-got")) == want, name
+    summaries = sorted((tmp_path / "slurm").glob("copy-*.json"))
+    assert len(summaries) == tasks
