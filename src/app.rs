@@ -37,6 +37,7 @@ pub fn run(cli: Cli) -> i32 {
             verify,
             json,
             progress_every,
+            shard,
             ..
         } => crate::copy::run(&crate::copy::CopyArgs {
             source,
@@ -47,6 +48,7 @@ pub fn run(cli: Cli) -> i32 {
             json,
             progress_every: std::time::Duration::try_from_secs_f64(progress_every.clamp(0.1, 1e6))
                 .unwrap_or(std::time::Duration::from_secs(10)),
+            shard: shard.map(|s| s.0),
         }),
     };
     match result {

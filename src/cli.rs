@@ -86,9 +86,13 @@ pub enum Command {
         /// but no other hierarchy.
         dest: String,
         /// Write the unsharded view (every inner chunk its own object, metadata rewritten).
-        /// Required: packing into shards (--shard) is not there yet.
-        #[arg(long, required = true)]
+        #[arg(long, required_unless_present = "shard", conflicts_with = "shard")]
         unshard: bool,
+        /// Pack into shards of SHAPE elements (e.g. 1024,1024; a multiple of the chunk shape):
+        /// every v3 array without sharding that has as many dimensions is stored sharded
+        /// (inner chunks as they are, index at the end with a CRC-32C), the rest as it is.
+        #[arg(long, value_name = "SHAPE", value_parser = parse_shape)]
+        shard: Option<ShardShape>,
         /// Files copied at once.
         #[arg(long, value_name = "N", default_value_t = crate::copy::DEFAULT_JOBS)]
         jobs: usize,
@@ -376,4 +380,16 @@ mod tests {
             .contains("unsupported scheme"));
         assert!(SourceSpec::parse("file://relative").is_err());
     }
+}
+
+/// A shard shape in elements (`--shard`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardShape(pub Vec<u64>);
+
+/// `--shard SHAPE`: positive integers separated by commas.
+fn parse_shape(s: &str) -> Result<ShardShape, String> {
+    let shape: Option<Vec<u64>> = s.split(',').map(|d| d.trim().parse().ok().filter(|&d| d > 0)).collect();
+    shape.filter(|shape| !shape.is_empty()).map(ShardShape).ok_or_else(|| {
+        format!("{s:?}: expected a shard shape in elements, positive integers separated by commas (e.g. 1024,1024)")
+    })
 }

@@ -159,6 +159,33 @@ impl Dest {
         }
     }
 
+    /// `len` bytes at `offset` of the file DEST holds at `key`, if any (short at its end).
+    pub async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Option<Bytes>> {
+        match self {
+            Dest::Local(root) => {
+                let path = root.join(key);
+                let read = tokio::task::spawn_blocking(move || {
+                    use std::os::unix::fs::FileExt;
+                    let file = std::fs::File::open(path)?;
+                    let mut buf = vec![0; usize::try_from(len).unwrap_or(0)];
+                    let n = file.read_at(&mut buf, offset)?;
+                    buf.truncate(n);
+                    std::io::Result::Ok(buf)
+                })
+                .await?;
+                match read {
+                    Ok(bytes) => Ok(Some(bytes.into())),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Dest::Store { store, .. } => {
+                let range = GetOptions::range(crate::store::ByteRange::Range { offset, length: len });
+                Ok(store.get(key, range).await?.map(|g| g.bytes))
+            }
+        }
+    }
+
     /// Make what was written durable (local: one `syncfs`).
     pub async fn finish(&self) -> Result<()> {
         if let Dest::Local(root) = self {

@@ -1,5 +1,6 @@
-//! `zarrfs copy SOURCE DEST --unshard`: the unsharded view of SOURCE written to DEST without a
-//! mount, split over machines with `--part K/N`, resumable, with progress.
+//! `zarrfs copy SOURCE DEST --unshard` (or `--shard SHAPE`): the unsharded view of SOURCE
+//! written to DEST without a mount (or packed into shards), split over machines with
+//! `--part K/N`, resumable, with progress.
 //!
 //! The copy is the mount's view itself, read exactly as a default read-only mount reads it
 //! (`reading::open`): the same rewritten metadata, the same chunk files, so DEST holds byte for
@@ -13,9 +14,11 @@
 //!   `--jobs` files at a time, files already in DEST skipped; [`progress`] shows how far it
 //!   got and sums up. Metadata is written last.
 //!
-//! Not here yet: `--shard` (packing an unsharded hierarchy into shards).
+//! With `--shard SHAPE` the same steps pack instead: the walk takes every chunk file, and a
+//! unit is a destination shard ([`pack`]).
 
 mod dest;
+mod pack;
 pub mod plan;
 mod progress;
 mod work;
@@ -46,6 +49,8 @@ pub struct CopyArgs {
     pub verify: bool,
     pub json: bool,
     pub progress_every: Duration,
+    /// `--shard SHAPE`: pack into shards of this shape (elements) instead of unsharding.
+    pub shard: Option<Vec<u64>>,
 }
 
 /// The unsharded view of SOURCE, read exactly as a read-only mount of it with the default
@@ -88,7 +93,14 @@ pub fn run(args: &CopyArgs) -> Result<()> {
 async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
     let view = source_view(&args.source)?;
     let (dest, empty) = Dest::open(&args.dest).await?;
-    let plan = plan::walk(&view)
+    let planning = async {
+        let walked = plan::walk(&view, args.shard.is_some()).await?;
+        match &args.shard {
+            Some(shape) => pack::plan(&view, walked, shape, args.jobs).await,
+            None => Ok(walked),
+        }
+    };
+    let plan = planning
         .await
         .map_err(|e| e.context(format!("cannot plan the copy of {}", args.source)))?;
     if !empty {
@@ -116,7 +128,10 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
     }
     let totals = Totals {
         units: mine.len() as u64,
-        shards: mine.iter().filter(|u| matches!(u, Unit::Shard(_))).count() as u64,
+        shards: mine
+            .iter()
+            .filter(|u| matches!(u, Unit::Shard(_) | Unit::Pack(_)))
+            .count() as u64,
         bytes: mine.iter().map(Unit::size).sum(),
     };
     let progress = Progress::start(tally.clone(), totals, args.progress_every);
@@ -127,6 +142,7 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
         jobs: args.jobs,
         check_dest: !empty,
         verify: args.verify,
+        packing: pack::budget(),
     };
     let done = work.run(mine).await;
     progress.finish();

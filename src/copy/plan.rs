@@ -12,8 +12,12 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use anyhow::{bail, Context, Result};
+use std::sync::Arc;
 
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+
+use super::pack::PackUnit;
 use crate::view::{Node, ShardUnit, View};
 
 /// Files whose bytes say what the hierarchy is: a DEST holding other bytes under these names
@@ -27,6 +31,11 @@ pub enum Unit {
     File { path: String, node: Node },
     /// A stored shard: its chunk files.
     Shard(ShardUnit),
+    /// A metadata document with the bytes the copy writes (`--shard`: a packed array's, or a
+    /// group's whose consolidated entries changed).
+    Doc { path: String, bytes: Bytes },
+    /// A shard to pack (`--shard`).
+    Pack(Arc<PackUnit>),
 }
 
 impl Unit {
@@ -35,22 +44,27 @@ impl Unit {
         match self {
             Unit::File { node, .. } => node.size,
             Unit::Shard(shard) => shard.size,
+            Unit::Doc { bytes, .. } => bytes.len() as u64,
+            Unit::Pack(pack) => pack.chunk_bytes(),
         }
     }
 
     /// The path (a file's) or store key (a shard's) that names the unit.
     pub fn name(&self) -> &str {
         match self {
-            Unit::File { path, .. } => path,
+            Unit::File { path, .. } | Unit::Doc { path, .. } => path,
             Unit::Shard(shard) => &shard.key,
+            Unit::Pack(pack) => &pack.key,
         }
     }
 
     /// Whether this is a metadata document (see [`METADATA_NAMES`]).
     pub fn is_metadata(&self) -> bool {
         match self {
-            Unit::File { path, .. } => METADATA_NAMES.contains(&path.rsplit('/').next().unwrap_or(path)),
-            Unit::Shard(_) => false,
+            Unit::File { path, .. } | Unit::Doc { path, .. } => {
+                METADATA_NAMES.contains(&path.rsplit('/').next().unwrap_or(path))
+            }
+            Unit::Shard(_) | Unit::Pack(_) => false,
         }
     }
 }
@@ -97,15 +111,30 @@ impl std::fmt::Display for Part {
     }
 }
 
-/// Walk the whole view (parents before children, names in order).
-pub async fn walk(view: &View) -> Result<Plan> {
+/// Walk the whole view (parents before children, names in order). With `whole`, chunk trees
+/// are walked too, file by file (`--shard` needs every chunk file); else a sharded array's
+/// chunk tree is taken as its stored shards.
+pub async fn walk(view: &View, whole: bool) -> Result<Plan> {
     let mut plan = Plan::default();
     let mut pending = vec![String::new()];
     while let Some(dir) = pending.pop() {
-        let listing = view
-            .list_for_copy(&dir)
-            .await
-            .with_context(|| format!("cannot list {}", if dir.is_empty() { "the root" } else { &dir }))?;
+        let shown = if dir.is_empty() { "the root" } else { &dir };
+        let listing = if whole {
+            let mut listing = crate::view::CopyListing::default();
+            for (name, node) in view.list(&dir).await.with_context(|| format!("cannot list {shown}"))? {
+                let path = format!("{}{name}", crate::store::key::dir_prefix(&dir));
+                if node.is_dir() {
+                    listing.dirs.push(path);
+                } else {
+                    listing.files.push((path, node));
+                }
+            }
+            listing
+        } else {
+            view.list_for_copy(&dir)
+                .await
+                .with_context(|| format!("cannot list {shown}"))?
+        };
         plan.units
             .extend(listing.files.into_iter().map(|(path, node)| Unit::File { path, node }));
         plan.units.extend(listing.shards.into_iter().map(Unit::Shard));

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::dest::Dest;
+use super::pack::PackUnit;
 use super::plan::Unit;
 use super::progress::Tally;
 use crate::view::{Node, View};
@@ -37,6 +38,28 @@ pub struct Work<'a> {
     /// DEST held something at the start: ask it before writing.
     pub check_dest: bool,
     pub verify: bool,
+    /// What shards being packed may hold (see `pack`).
+    pub packing: tokio::sync::Semaphore,
+}
+
+/// What a file of DEST is made from.
+enum Content {
+    /// A file of the view.
+    Node(Node),
+    /// Bytes the plan made (a rewritten metadata document).
+    Bytes(Bytes),
+    /// A shard packed from chunk files of the view (`--shard`).
+    Pack(Arc<PackUnit>),
+}
+
+impl Content {
+    fn size(&self) -> Result<u64> {
+        Ok(match self {
+            Content::Node(node) => node.size,
+            Content::Bytes(bytes) => bytes.len() as u64,
+            Content::Pack(pack) => pack.layout()?.1,
+        })
+    }
 }
 
 /// A unit in progress: when its last file is done, the unit is.
@@ -59,7 +82,7 @@ impl Work<'_> {
             .flat_map(|(unit, files)| {
                 let state = Arc::new(UnitState {
                     size: unit.size(),
-                    shard: matches!(unit, Unit::Shard(_)),
+                    shard: matches!(unit, Unit::Shard(_) | Unit::Pack(_)),
                     remaining: AtomicUsize::new(0),
                     file_bytes: AtomicU64::new(0),
                 });
@@ -74,15 +97,24 @@ impl Work<'_> {
                 if files.is_empty() {
                     self.unit_done(&state);
                 }
-                futures::stream::iter(files.into_iter().map(move |(path, node)| (state.clone(), path, node)))
+                futures::stream::iter(
+                    files
+                        .into_iter()
+                        .map(move |(path, content)| (state.clone(), path, content)),
+                )
             });
         let mut copies = files
-            .map(|(state, path, node)| async move {
-                if let Err(e) = self.copy_file(&path, &node).await {
+            .map(|(state, path, content)| async move {
+                if let Err(e) = self.copy_file(&path, &content).await {
                     self.tally.failed(&path, &e);
                 }
-                state.file_bytes.fetch_add(node.size, Relaxed);
-                self.tally.progress_bytes.fetch_add(node.size, Relaxed);
+                let size = match &content {
+                    Content::Node(node) => node.size,
+                    Content::Bytes(bytes) => bytes.len() as u64,
+                    Content::Pack(pack) => pack.chunk_bytes(),
+                };
+                state.file_bytes.fetch_add(size, Relaxed);
+                self.tally.progress_bytes.fetch_add(size, Relaxed);
                 if state.remaining.fetch_sub(1, Relaxed) == 1 {
                     self.unit_done(&state);
                 }
@@ -106,49 +138,79 @@ impl Work<'_> {
         }
     }
 
-    async fn files_of(&self, unit: &Unit) -> Result<Vec<(String, Node)>> {
+    async fn files_of(&self, unit: &Unit) -> Result<Vec<(String, Content)>> {
         Ok(match unit {
-            Unit::File { path, node } => vec![(path.clone(), node.clone())],
+            Unit::File { path, node } => vec![(path.clone(), Content::Node(node.clone()))],
+            Unit::Doc { path, bytes } => vec![(path.clone(), Content::Bytes(bytes.clone()))],
+            Unit::Pack(pack) => vec![(pack.key.clone(), Content::Pack(pack.clone()))],
             Unit::Shard(shard) => self
                 .view
                 .shard_files(shard)
                 .await
-                .with_context(|| format!("cannot read the index of {}", shard.key))?,
+                .with_context(|| format!("cannot read the index of {}", shard.key))?
+                .into_iter()
+                .map(|(path, node)| (path, Content::Node(node)))
+                .collect(),
         })
     }
 
-    async fn read_source(&self, path: &str, node: &Node) -> Result<Bytes> {
-        self.view
-            .read(node, 0, node.size)
-            .await
-            .with_context(|| format!("cannot read {path}"))
+    async fn read_source(&self, path: &str, content: &Content) -> Result<Bytes> {
+        match content {
+            Content::Node(node) => self
+                .view
+                .read(node, 0, node.size)
+                .await
+                .with_context(|| format!("cannot read {path}")),
+            Content::Bytes(bytes) => Ok(bytes.clone()),
+            Content::Pack(pack) => pack.packed(self.view, &self.packing).await,
+        }
     }
 
-    async fn copy_file(&self, path: &str, node: &Node) -> Result<()> {
+    /// Whether DEST holds what `content` makes, as far as can be told without making it: the
+    /// same size, and for a packed shard the same index.
+    async fn held(&self, path: &str, content: &Content) -> Result<bool> {
+        let size = content.size()?;
+        let held = self
+            .dest
+            .size_of(path)
+            .await
+            .with_context(|| format!("cannot look up {path} in the destination"))?;
+        if held != Some(size) {
+            return Ok(false);
+        }
+        let Content::Pack(pack) = content else {
+            return Ok(true);
+        };
+        let (index, _) = pack.layout()?;
+        let want = index.encode(pack.level.index_codec);
+        let at = pack.level.index_offset(size)?;
+        let got = self
+            .dest
+            .read_range(path, at, want.len() as u64)
+            .await
+            .with_context(|| format!("cannot read the index of {path} in the destination"))?;
+        Ok(got.as_deref() == Some(&want[..]))
+    }
+
+    async fn copy_file(&self, path: &str, content: &Content) -> Result<()> {
+        let size = content.size()?;
         let mut source = None;
-        if self.check_dest {
-            let held = self
-                .dest
-                .size_of(path)
-                .await
-                .with_context(|| format!("cannot look up {path} in the destination"))?;
-            if held == Some(node.size) {
-                if !self.verify {
-                    self.skipped(node.size);
-                    return Ok(());
-                }
-                let bytes = self.read_source(path, node).await?;
-                if self.read_back(path).await?.as_ref() == Some(&bytes) {
-                    self.tally.files_verified.fetch_add(1, Relaxed);
-                    self.skipped(node.size);
-                    return Ok(());
-                }
-                source = Some(bytes);
+        if self.check_dest && self.held(path, content).await? {
+            if !self.verify {
+                self.skipped(size);
+                return Ok(());
             }
+            let bytes = self.read_source(path, content).await?;
+            if self.read_back(path).await?.as_ref() == Some(&bytes) {
+                self.tally.files_verified.fetch_add(1, Relaxed);
+                self.skipped(size);
+                return Ok(());
+            }
+            source = Some(bytes);
         }
         let bytes = match source {
             Some(bytes) => bytes,
-            None => self.read_source(path, node).await?,
+            None => self.read_source(path, content).await?,
         };
         let len = bytes.len() as u64;
         self.dest
@@ -183,8 +245,9 @@ impl Work<'_> {
 pub async fn metadata_conflicts(view: &View, dest: &Dest, units: &[Unit], jobs: usize) -> Result<Vec<String>> {
     let checks = futures::stream::iter(units.iter().filter(|u| u.is_metadata()))
         .map(|unit| async move {
-            let Unit::File { path, node } = unit else {
-                return Ok(None);
+            let path = match unit {
+                Unit::File { path, .. } | Unit::Doc { path, .. } => path,
+                _ => return Ok(None),
             };
             let Some(held) = dest
                 .read(path)
@@ -193,10 +256,14 @@ pub async fn metadata_conflicts(view: &View, dest: &Dest, units: &[Unit], jobs: 
             else {
                 return Ok(None);
             };
-            let ours = view
-                .read(node, 0, node.size)
-                .await
-                .with_context(|| format!("cannot read {path}"))?;
+            let ours = match unit {
+                Unit::File { node, .. } => view
+                    .read(node, 0, node.size)
+                    .await
+                    .with_context(|| format!("cannot read {path}"))?,
+                Unit::Doc { bytes, .. } => bytes.clone(),
+                _ => return Ok(None),
+            };
             anyhow::Ok((held != ours).then(|| path.clone()))
         })
         .buffer_unordered(jobs.max(1))

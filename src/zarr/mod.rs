@@ -20,6 +20,7 @@ pub mod key_encoding;
 pub mod legacy;
 pub mod locate;
 pub mod metadata;
+pub mod reshard;
 pub mod rewrite;
 pub mod shard_index;
 pub mod shard_pack;

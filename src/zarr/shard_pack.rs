@@ -187,22 +187,9 @@ pub fn pack(content: &ShardContent, levels: &[ShardLevel]) -> Result<Option<Vec<
     if parts.is_empty() {
         return Ok(None);
     }
-    let index_size = ShardIndex::encoded_size(n, level.index_codec)?;
-    let mut index = ShardIndex::empty(n)?;
-    let mut pos = level.data_start();
-    for (chunk, part) in &parts {
-        let nbytes = part.len() as u64;
-        index.set(*chunk, Some(ChunkRange { offset: pos, nbytes }))?;
-        pos = pos
-            .checked_add(nbytes)
-            .ok_or_else(|| ZarrError::overflow("packed shard size"))?;
-    }
-    let total = match level.index_location {
-        IndexLocation::Start => Some(pos),
-        IndexLocation::End => pos.checked_add(index_size),
-    }
-    .and_then(|t| usize::try_from(t).ok())
-    .ok_or_else(|| ZarrError::overflow("packed shard size"))?;
+    let sizes: Vec<(u64, u64)> = parts.iter().map(|(chunk, part)| (*chunk, part.len() as u64)).collect();
+    let (index, total) = packed_layout(&sizes, level)?;
+    let total = usize::try_from(total).map_err(|_| ZarrError::overflow("packed shard size"))?;
     let encoded_index = index.encode(level.index_codec);
     let mut out = Vec::with_capacity(total);
     if level.index_location == IndexLocation::Start {
@@ -215,6 +202,28 @@ pub fn pack(content: &ShardContent, levels: &[ShardLevel]) -> Result<Option<Vec<
         out.extend_from_slice(&encoded_index);
     }
     Ok(Some(out))
+}
+
+/// Where [`pack`] puts chunks of these sizes (`(chunk index, nbytes)`, ascending) at one level:
+/// the shard's index and its total size. Lets a caller know what a packed shard will be (its
+/// size, its index) before it has the chunks' bytes.
+pub fn packed_layout(sizes: &[(u64, u64)], level: &ShardLevel) -> Result<(ShardIndex, u64), ZarrError> {
+    let n = level.num_chunks();
+    let index_size = ShardIndex::encoded_size(n, level.index_codec)?;
+    let mut index = ShardIndex::empty(n)?;
+    let mut pos = level.data_start();
+    for &(chunk, nbytes) in sizes {
+        index.set(chunk, Some(ChunkRange { offset: pos, nbytes }))?;
+        pos = pos
+            .checked_add(nbytes)
+            .ok_or_else(|| ZarrError::overflow("packed shard size"))?;
+    }
+    let total = match level.index_location {
+        IndexLocation::Start => Some(pos),
+        IndexLocation::End => pos.checked_add(index_size),
+    }
+    .ok_or_else(|| ZarrError::overflow("packed shard size"))?;
+    Ok((index, total))
 }
 
 impl ShardContent {

@@ -1,0 +1,226 @@
+//! `zarrfs copy --shard SHAPE`: an unsharded hierarchy (or the unsharded view of a sharded one)
+//! packed into shards of SHAPE elements, with the mount's packer (`zarr::shard_pack`).
+//!
+//! Planning reads every `zarr.json` the walk found: an array that `zarr::reshard::packs` takes
+//! gets its sharded document, a group its consolidated entries changed alike; then every file
+//! below such an array whose name is a chunk key goes to the shard that holds it. A unit is one
+//! destination shard: its chunk files, read `PACK_READS` at a time and packed in C order with
+//! the index at the end, so its size and index are known from the chunk sizes alone before any
+//! byte is read — which lets a rerun skip a shard DEST holds already (same size, same index)
+//! without reading its chunks. At most `PACKING_BYTES` of chunk bytes are held at once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use tokio::sync::Semaphore;
+
+use super::plan::{Plan, Unit};
+use crate::store::key::dir_prefix;
+use crate::view::{Node, View};
+use crate::zarr::key_encoding::ChunkKeyEncoding;
+use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
+use crate::zarr::reshard::{packs, sharded_doc, sharded_group};
+use crate::zarr::shard_index::ShardIndex;
+use crate::zarr::shard_pack::{pack, packed_layout, Packed, ShardContent};
+use crate::zarr::sharding::{analyse, ShardLevel, Sharding};
+use crate::zarr::translate::to_stored_bytes;
+
+/// Chunk files of one shard read at once.
+const PACK_READS: usize = 16;
+
+/// Chunk bytes held at once by all shards being packed (in MiB, a semaphore's permits).
+const PACKING_MIB: u32 = 1024;
+
+/// One destination shard.
+#[derive(Debug)]
+pub struct PackUnit {
+    /// The shard's key in DEST.
+    pub key: String,
+    /// Its chunk files: (index within the shard, path, node), ascending index.
+    pub chunks: Vec<(u64, String, Node)>,
+    pub level: Arc<ShardLevel>,
+}
+
+impl PackUnit {
+    /// Bytes of its chunks.
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunks.iter().map(|(_, _, n)| n.size).sum()
+    }
+
+    /// The index and size the packed shard will have.
+    pub fn layout(&self) -> Result<(ShardIndex, u64)> {
+        let sizes: Vec<(u64, u64)> = self.chunks.iter().map(|(i, _, n)| (*i, n.size)).collect();
+        Ok(packed_layout(&sizes, &self.level)?)
+    }
+
+    /// The packed shard: its chunks read through the view and packed.
+    pub async fn packed(&self, view: &View, budget: &Semaphore) -> Result<Bytes> {
+        let mib = u32::try_from(self.chunk_bytes().div_ceil(1 << 20)).unwrap_or(u32::MAX);
+        let _held = budget.acquire_many(mib.clamp(1, PACKING_MIB)).await?;
+        let chunks: Vec<(u64, Bytes)> = futures::stream::iter(&self.chunks)
+            .map(|(index, path, node)| async move {
+                let bytes = view
+                    .read(node, 0, node.size)
+                    .await
+                    .with_context(|| format!("cannot read {path}"))?;
+                anyhow::Ok((*index, bytes))
+            })
+            .buffered(PACK_READS)
+            .try_collect()
+            .await?;
+        let content = ShardContent {
+            chunks: chunks.into_iter().map(|(i, b)| (i, Packed::Bytes(b))).collect(),
+        };
+        let level = (*self.level).clone();
+        Ok(pack(&content, std::slice::from_ref(&level))?.unwrap_or_default().into())
+    }
+}
+
+/// The budget of [`PackUnit::packed`].
+pub fn budget() -> Semaphore {
+    Semaphore::new(PACKING_MIB as usize)
+}
+
+/// An array being packed.
+struct Target {
+    encoding: ChunkKeyEncoding,
+    ndim: usize,
+    grid: Vec<u64>,
+    level: Arc<ShardLevel>,
+}
+
+/// Turn a whole walk (every file a unit) into the plan of a `--shard` copy (see the module
+/// notes): the directories of packed arrays' chunk trees are left out, as DEST's shards make
+/// their own.
+pub async fn plan(view: &View, walked: Plan, shape: &[u64], jobs: usize) -> Result<Plan> {
+    let files: Vec<(String, Node)> = walked
+        .units
+        .into_iter()
+        .filter_map(|u| match u {
+            Unit::File { path, node } => Some((path, node)),
+            _ => None,
+        })
+        .collect();
+    let docs: Vec<(usize, Bytes)> = futures::stream::iter(files.iter().enumerate().filter(|(_, (p, _))| is_doc(p)))
+        .map(|(i, (path, node))| async move {
+            let bytes = view
+                .read(node, 0, node.size)
+                .await
+                .with_context(|| format!("cannot read {path}"))?;
+            anyhow::Ok((i, bytes))
+        })
+        .buffered(jobs.max(1))
+        .try_collect()
+        .await?;
+    let mut rewritten: HashMap<usize, Bytes> = HashMap::new();
+    let mut targets: HashMap<String, Target> = HashMap::new();
+    for (i, bytes) in docs {
+        let path = &files[i].0;
+        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            continue;
+        };
+        let dir = path.strip_suffix("zarr.json").unwrap_or("").trim_end_matches('/');
+        let packed = if packs(&doc, shape).map_err(|why| anyhow::anyhow!("{path}: {why}"))? {
+            let packed = sharded_doc(&doc, shape);
+            targets.insert(dir.to_string(), target(path, &packed)?);
+            packed
+        } else {
+            match sharded_group(&doc, shape).map_err(|why| anyhow::anyhow!("{path}: consolidated entry {why}"))? {
+                Some(group) => group,
+                None => continue,
+            }
+        };
+        rewritten.insert(i, to_stored_bytes(&packed).into());
+    }
+    if targets.is_empty() {
+        bail!(
+            "no array to pack: no v3 array without sharding has {} dimensions",
+            shape.len()
+        );
+    }
+    let mut shards: BTreeMap<String, Vec<(u64, String, Node)>> = BTreeMap::new();
+    let mut levels: HashMap<String, Arc<ShardLevel>> = HashMap::new();
+    let mut units = Vec::new();
+    for (i, (path, node)) in files.into_iter().enumerate() {
+        if let Some(bytes) = rewritten.remove(&i) {
+            units.push(Unit::Doc { path, bytes });
+            continue;
+        }
+        match place(&targets, &path) {
+            Some((key, index, level)) => {
+                levels.entry(key.clone()).or_insert(level);
+                shards.entry(key).or_default().push((index, path, node));
+            }
+            None => units.push(Unit::File { path, node }),
+        }
+    }
+    for (key, mut chunks) in shards {
+        chunks.sort_by_key(|(i, _, _)| *i);
+        let level = levels.remove(&key).context("a shard without its array")?;
+        units.push(Unit::Pack(Arc::new(PackUnit { key, chunks, level })));
+    }
+    let inside = |dir: &str| {
+        targets.keys().any(|t| {
+            if t.is_empty() {
+                !dir.is_empty()
+            } else {
+                dir.starts_with(&format!("{t}/"))
+            }
+        })
+    };
+    let dirs = walked.dirs.into_iter().filter(|d| !inside(d)).collect();
+    Ok(Plan { units, dirs })
+}
+
+fn is_doc(path: &str) -> bool {
+    path == "zarr.json" || path.ends_with("/zarr.json")
+}
+
+fn target(path: &str, packed: &serde_json::Value) -> Result<Target> {
+    let bytes = serde_json::to_vec(packed)?;
+    let NodeMetadata::Array(meta) = parse_zarr_json(&bytes).with_context(|| format!("{path}: packed document"))? else {
+        bail!("{path}: not an array");
+    };
+    let Sharding::Sharded(layout) = analyse(&meta) else {
+        bail!("{path}: the packed document is not one the view reads back");
+    };
+    let level = layout.levels.first().context("no sharding level")?.clone();
+    Ok(Target {
+        encoding: meta.chunk_key_encoding,
+        ndim: meta.ndim(),
+        grid: crate::zarr::grid::grid_shape(&meta.shape, &level.chunk_shape)?,
+        level: Arc::new(level),
+    })
+}
+
+/// The shard (its key), index within it and level of the chunk file at `path`, if it is one.
+fn place(targets: &HashMap<String, Target>, path: &str) -> Option<(String, u64, Arc<ShardLevel>)> {
+    // Every directory above `path`, deepest first, then the root.
+    let cuts = path.match_indices('/').map(|(i, _)| Some(i)).rev().chain([None]);
+    for cut in cuts {
+        let (dir, rel) = match cut {
+            Some(i) => (&path[..i], &path[i + 1..]),
+            None => ("", path),
+        };
+        let Some(t) = targets.get(dir) else {
+            continue;
+        };
+        let coords = t.encoding.decode(rel, t.ndim)?;
+        if coords.iter().zip(&t.grid).any(|(c, g)| c >= g) {
+            return None;
+        }
+        let per = &t.level.chunks_per_shard;
+        let shard: Vec<u64> = coords.iter().zip(per).map(|(c, k)| c / k).collect();
+        let within: Vec<u64> = coords.iter().zip(per).map(|(c, k)| c % k).collect();
+        let index = t.level.index_of(&within)?;
+        return Some((
+            format!("{}{}", dir_prefix(dir), t.encoding.encode(&shard)),
+            index,
+            t.level.clone(),
+        ));
+    }
+    None
+}

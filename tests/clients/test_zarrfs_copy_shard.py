@@ -1,0 +1,151 @@
+"""`zarrfs copy SOURCE DEST --shard SHAPE` (issue 26): an unsharded hierarchy packed into shards
+with the mount's packer. zarr-python and xarray (default arguments) read the packed copy as the
+source, value for value; its unsharded view is the source again, byte for byte; parts are
+disjoint and make the whole; a rerun skips the shards DEST holds (same size and index) and
+rewrites one whose index differs, and only --verify finds a damaged chunk behind a right index;
+a shard shape that does not fit an array's chunks is refused, naming it, with nothing written.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import seed_remote as SR
+from copying import contents, copy, copy_json, mount_copy
+from helpers import walk_files
+from remote import download_tree, remote  # noqa: F401 - fixture
+
+zarr = pytest.importorskip("zarr")
+xr = pytest.importorskip("xarray")
+
+SHAPE = "20,40"  # a multiple of every 2-d chunk shape of the zarr-python group of the fixture
+
+
+def shard_copy(zarrfs_bin, source, dest, *extra, shape=SHAPE, env=None):
+    """`zarrfs copy --shard` (copy() passes --unshard, so the argv is built here)."""
+    import subprocess
+
+    from conftest import Mount
+    return subprocess.run([str(zarrfs_bin), "copy", str(source), str(dest), "--shard", shape, *extra],
+                          capture_output=True, text=True, timeout=300,
+                          env={**Mount.daemon_env(), **(env or {})})
+
+
+@pytest.fixture
+def unsharded(zarrfs_bin, mounter, tree, tmp_path) -> Path:
+    """The unsharded view of the zarr-python group, on local disk: what users have to pack."""
+    mount_copy(mounter, tree.root / "zp", tmp_path / "unsharded")
+    return tmp_path / "unsharded"
+
+
+def same_values(a_root: Path, b_root) -> dict[str, tuple]:
+    a, b = zarr.open_group(str(a_root), mode="r"), zarr.open_group(str(b_root), mode="r")
+    out = {}
+    for name, arr in a.arrays():
+        other = b[name]
+        assert np.array_equal(arr[...], other[...], equal_nan=arr.dtype.kind in "fc"), name
+        assert other.attrs.asdict() == arr.attrs.asdict(), name
+        assert np.array_equal(other.fill_value, arr.fill_value, equal_nan=arr.dtype.kind in "fc"), name
+        out[name] = other.shards
+    return out
+
+
+def test_packed_arrays_read_as_the_source_and_unshard_back_byte_for_byte(zarrfs_bin, unsharded, tmp_path):
+    res = shard_copy(zarrfs_bin, unsharded, tmp_path / "packed")
+    assert res.returncode == 0, res.stderr
+    shards = same_values(unsharded, tmp_path / "packed")
+    two_d = {n for n, a in zarr.open_group(str(unsharded), mode="r").arrays() if a.ndim == 2}
+    assert two_d and all(shards[n] == (20, 40) for n in two_d), shards
+    assert all(shards[n] is None for n in shards if n not in two_d), shards
+    # A packed array's chunk tree holds its shards only: at most one object per shard of the grid.
+    group = zarr.open_group(str(unsharded), mode="r")
+    for name in two_d:
+        objects = [rel for rel in walk_files(tmp_path / "packed") if rel.startswith(f"{name}/")
+                   and not rel.endswith("zarr.json")]
+        grid = -(-group[name].shape[0] // 20) * -(-group[name].shape[1] // 40)
+        assert len(objects) <= grid, (name, objects)
+    res = copy(zarrfs_bin, tmp_path / "packed", tmp_path / "back")
+    assert res.returncode == 0, res.stderr
+    assert contents(tmp_path / "back") == contents(unsharded)
+
+
+def test_xarray_reads_a_packed_dataset_as_written(zarrfs_bin, tmp_path):
+    ds = xr.Dataset(
+        {"t": (("y", "x"), np.random.default_rng(1).normal(size=(64, 48)).astype("f4"), {"units": "K"}),
+         "q": (("y",), (np.arange(64) % 7).astype("i2"))},
+        coords={"y": np.arange(64), "x": np.arange(48) * 0.5}, attrs={"title": "pack me"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds.to_zarr(tmp_path / "plain", zarr_format=3, encoding={"t": {"chunks": (8, 8)}})
+    res = shard_copy(zarrfs_bin, tmp_path / "plain", tmp_path / "packed", shape="32,48")
+    assert res.returncode == 0, res.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = xr.open_zarr(tmp_path / "packed")
+        xr.testing.assert_identical(got.load(), ds)
+    assert got["t"].encoding["shards"] == (32, 48)
+    group = json.loads((tmp_path / "packed" / "zarr.json").read_text())
+    entry = group["consolidated_metadata"]["metadata"]["t"]
+    assert entry["codecs"][0]["name"] == "sharding_indexed", entry
+    assert entry == json.loads((tmp_path / "packed" / "t" / "zarr.json").read_text())
+
+
+def test_parts_of_a_packing_make_the_whole(zarrfs_bin, unsharded, tmp_path):
+    assert shard_copy(zarrfs_bin, unsharded, tmp_path / "whole").returncode == 0
+    want = contents(tmp_path / "whole")
+    union: dict[str, bytes] = {}
+    for k in range(3):
+        res = shard_copy(zarrfs_bin, unsharded, tmp_path / f"part{k}", "--part", f"{k}/3")
+        assert res.returncode == 0, res.stderr
+        got = contents(tmp_path / f"part{k}")
+        assert not set(got) & set(union), f"part {k} overlaps"
+        union.update(got)
+    assert union == want
+
+
+def test_a_rerun_skips_held_shards_and_rewrites_a_changed_index(zarrfs_bin, unsharded, tmp_path):
+    dest = tmp_path / "packed"
+    assert shard_copy(zarrfs_bin, unsharded, dest).returncode == 0
+    want = contents(dest)
+    res = shard_copy(zarrfs_bin, unsharded, dest, "--json")
+    summary = json.loads(res.stdout)
+    assert summary["files_copied"] == 0 and summary["files_skipped"] == len(want), summary
+    shards = sorted(rel for rel in want if rel.startswith("unsharded_2d/c/"))
+    index_changed, data_changed = dest / shards[0], dest / shards[-1]
+    raw = bytearray(want[shards[0]])
+    raw[-5] ^= 1  # in the index (the last 4 bytes are its checksum)
+    index_changed.write_bytes(bytes(raw))
+    raw = bytearray(want[shards[-1]])
+    raw[0] ^= 0xFF  # in the first chunk: size and index unchanged
+    data_changed.write_bytes(bytes(raw))
+    summary = json.loads(shard_copy(zarrfs_bin, unsharded, dest, "--json").stdout)
+    assert summary["files_copied"] == 1 and summary["files_skipped"] == len(want) - 1, summary
+    assert index_changed.read_bytes() == want[shards[0]]
+    assert data_changed.read_bytes() != want[shards[-1]]
+    summary = json.loads(shard_copy(zarrfs_bin, unsharded, dest, "--json", "--verify").stdout)
+    assert summary["files_copied"] == 1 and summary["files_verified"] == len(want), summary
+    assert contents(dest) == want
+
+
+def test_a_shape_that_does_not_fit_is_refused_with_nothing_written(zarrfs_bin, unsharded, tmp_path):
+    res = shard_copy(zarrfs_bin, unsharded, tmp_path / "dest", shape="20,30")
+    assert res.returncode != 0
+    assert "is not a multiple of the chunk shape" in res.stderr and "zarr.json" in res.stderr, res.stderr
+    assert not walk_files(tmp_path / "dest")
+    for bad in ["0,4", "x", "", "4,-1"]:
+        res = shard_copy(zarrfs_bin, unsharded, tmp_path / "dest2", shape=bad)
+        assert res.returncode != 0 and "shard shape" in res.stderr, (bad, res.stderr)
+    res = shard_copy(zarrfs_bin, unsharded, tmp_path / "dest3", shape="1,1,1,1,1")
+    assert res.returncode != 0 and "no array to pack" in res.stderr, res.stderr
+
+
+def test_packing_from_s3_to_s3(zarrfs_bin, remote, unsharded, tmp_path):
+    prefix = remote.seed("s3", unsharded, "pack-src")
+    dest = f"{remote.run}/pack-dest"
+    res = shard_copy(zarrfs_bin, SR.url("s3", prefix), SR.url("s3", dest), env=remote.env("s3"))
+    assert res.returncode == 0, res.stderr
+    assert shard_copy(zarrfs_bin, unsharded, tmp_path / "local").returncode == 0
+    assert contents(download_tree("s3", dest, tmp_path / "got")) == contents(tmp_path / "local")
