@@ -35,10 +35,17 @@ def shard_copy(zarrfs_bin, source, dest, *extra, shape=SHAPE, env=None):
 
 
 @pytest.fixture
-def unsharded(zarrfs_bin, mounter, tree, tmp_path) -> Path:
+def unsharded(mounter, tree, tmp_path) -> Path:
     """The unsharded view of the zarr-python group, on local disk: what users have to pack."""
     mount_copy(mounter, tree.root / "zp", tmp_path / "unsharded")
     return tmp_path / "unsharded"
+
+
+def as_values(files: dict[str, bytes]) -> dict:
+    """Files with metadata documents as JSON values: a packed document, unpacked again, is
+    written pretty-printed whatever the spelling of the source's (tensorstore writes compact
+    JSON)."""
+    return {rel: json.loads(b) if rel.endswith("zarr.json") else b for rel, b in files.items()}
 
 
 def same_values(a_root: Path, b_root) -> dict[str, tuple]:
@@ -53,23 +60,38 @@ def same_values(a_root: Path, b_root) -> dict[str, tuple]:
     return out
 
 
-def test_packed_arrays_read_as_the_source_and_unshard_back_byte_for_byte(zarrfs_bin, unsharded, tmp_path):
-    res = shard_copy(zarrfs_bin, unsharded, tmp_path / "packed")
-    assert res.returncode == 0, res.stderr
-    shards = same_values(unsharded, tmp_path / "packed")
-    two_d = {n for n, a in zarr.open_group(str(unsharded), mode="r").arrays() if a.ndim == 2}
-    assert two_d and all(shards[n] == (20, 40) for n in two_d), shards
-    assert all(shards[n] is None for n in shards if n not in two_d), shards
-    # A packed array's chunk tree holds its shards only: at most one object per shard of the grid.
-    group = zarr.open_group(str(unsharded), mode="r")
-    for name in two_d:
-        objects = [rel for rel in walk_files(tmp_path / "packed") if rel.startswith(f"{name}/")
-                   and not rel.endswith("zarr.json")]
-        grid = -(-group[name].shape[0] // 20) * -(-group[name].shape[1] // 40)
-        assert len(objects) <= grid, (name, objects)
-    res = copy(zarrfs_bin, tmp_path / "packed", tmp_path / "back")
-    assert res.returncode == 0, res.stderr
-    assert contents(tmp_path / "back") == contents(unsharded)
+# Per group of the fixture, shard shapes that together pack every array of 1 to 4 dimensions
+# (each a multiple of the chunk shapes of that many dimensions there).
+SHAPES = {"zp": ["20,40", "64", "4,4,4", "4,4,2,4"], "ts": ["512,512", "32", "4,12,4", "4,4,2,4"]}
+
+
+@pytest.mark.parametrize("group", sorted(SHAPES))
+def test_every_array_packs_reads_as_the_source_and_unshards_back_byte_for_byte(zarrfs_bin, mounter, tree,
+                                                                               tmp_path, group):
+    unsharded = tmp_path / "unsharded"
+    mount_copy(mounter, tree.root / group, unsharded)
+    source = zarr.open_group(str(unsharded), mode="r")
+    packed_names = set()
+    for i, shape in enumerate(SHAPES[group]):
+        dims = [int(d) for d in shape.split(",")]
+        packed = tmp_path / f"packed{i}"
+        res = shard_copy(zarrfs_bin, unsharded, packed, shape=shape)
+        assert res.returncode == 0, res.stderr
+        shards = same_values(unsharded, packed)
+        for name, arr in source.arrays():
+            if arr.ndim == len(dims):
+                assert shards[name] == tuple(dims), (name, shards[name])
+                packed_names.add(name)
+                # Its chunk tree holds its shards only: at most one object per shard of the grid.
+                objects = [rel for rel in walk_files(packed) if rel.startswith(f"{name}/")
+                           and not rel.endswith("zarr.json")]
+                assert len(objects) <= np.prod([-(-n // d) for n, d in zip(arr.shape, dims)]), name
+            else:
+                assert shards[name] is None, name
+        res = copy(zarrfs_bin, packed, tmp_path / f"back{i}")
+        assert res.returncode == 0, res.stderr
+        assert as_values(contents(tmp_path / f"back{i}")) == as_values(contents(unsharded)), shape
+    assert packed_names == {name for name, arr in source.arrays() if arr.ndim > 0}
 
 
 def test_xarray_reads_a_packed_dataset_as_written(zarrfs_bin, tmp_path):
