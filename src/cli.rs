@@ -90,8 +90,10 @@ pub enum Command {
         unshard: bool,
         /// Pack into shards of SHAPE elements (e.g. 1024,1024; a multiple of the chunk shape):
         /// every v3 array without sharding that has as many dimensions is stored sharded
-        /// (inner chunks as they are, index at the end with a CRC-32C), the rest as it is.
-        #[arg(long, value_name = "SHAPE", value_parser = parse_shape)]
+        /// (inner chunks as they are, index at the end with a CRC-32C), the rest as it is. An
+        /// array DEST already holds sharded is packed as it is there (with no SHAPE, only
+        /// those are packed).
+        #[arg(long, value_name = "SHAPE", value_parser = parse_shape, num_args = 0..=1, default_missing_value = "")]
         shard: Option<ShardShape>,
         /// Files copied at once.
         #[arg(long, value_name = "N", default_value_t = crate::copy::DEFAULT_JOBS)]
@@ -386,8 +388,12 @@ mod tests {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardShape(pub Vec<u64>);
 
-/// `--shard SHAPE`: positive integers separated by commas.
+/// `--shard SHAPE`: positive integers separated by commas; none (`--shard` alone): the shapes
+/// DEST holds.
 fn parse_shape(s: &str) -> Result<ShardShape, String> {
+    if s.is_empty() {
+        return Ok(ShardShape(Vec::new()));
+    }
     let shape: Option<Vec<u64>> = s.split(',').map(|d| d.trim().parse().ok().filter(|&d| d > 0)).collect();
     shape.filter(|shape| !shape.is_empty()).map(ShardShape).ok_or_else(|| {
         format!("{s:?}: expected a shard shape in elements, positive integers separated by commas (e.g. 1024,1024)")

@@ -96,7 +96,7 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
     let planning = async {
         let walked = plan::walk(&view, args.shard.is_some()).await?;
         match &args.shard {
-            Some(shape) => pack::plan(&view, walked, shape, args.jobs).await,
+            Some(shape) => pack::plan(&view, walked, shape, (!empty).then_some(&dest), args.jobs).await,
             None => Ok(walked),
         }
     };

@@ -17,12 +17,13 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Semaphore;
 
+use super::dest::Dest;
 use super::plan::{Plan, Unit};
 use crate::store::key::dir_prefix;
 use crate::view::{Node, View};
 use crate::zarr::key_encoding::ChunkKeyEncoding;
 use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
-use crate::zarr::reshard::{packs, sharded_doc, sharded_group};
+use crate::zarr::reshard::{packable, packed_group, packs, sharded_doc, sharded_like};
 use crate::zarr::shard_index::ShardIndex;
 use crate::zarr::shard_pack::{pack, packed_layout, Packed, ShardContent};
 use crate::zarr::sharding::{analyse, ShardLevel, Sharding};
@@ -93,9 +94,10 @@ struct Target {
 }
 
 /// Turn a whole walk (every file a unit) into the plan of a `--shard` copy (see the module
-/// notes): the directories of packed arrays' chunk trees are left out, as DEST's shards make
-/// their own.
-pub async fn plan(view: &View, walked: Plan, shape: &[u64], jobs: usize) -> Result<Plan> {
+/// notes). An array DEST (`dest`: when it holds anything) already holds sharded is packed as
+/// it is there; any other in shards of `shape` (empty: not at all). The directories of packed
+/// arrays' chunk trees are left out, as DEST's shards make their own.
+pub async fn plan(view: &View, walked: Plan, shape: &[u64], dest: Option<&Dest>, jobs: usize) -> Result<Plan> {
     let files: Vec<(String, Node)> = walked
         .units
         .into_iter()
@@ -115,30 +117,65 @@ pub async fn plan(view: &View, walked: Plan, shape: &[u64], jobs: usize) -> Resu
         .buffered(jobs.max(1))
         .try_collect()
         .await?;
+    let docs: Vec<(usize, serde_json::Value)> = docs
+        .into_iter()
+        .filter_map(|(i, bytes)| Some((i, serde_json::from_slice(&bytes).ok()?)))
+        .collect();
+    // Arrays first: each packed as DEST holds it sharded already, else in shards of SHAPE.
+    let mut packed: HashMap<String, serde_json::Value> = HashMap::new();
     let mut rewritten: HashMap<usize, Bytes> = HashMap::new();
     let mut targets: HashMap<String, Target> = HashMap::new();
-    for (i, bytes) in docs {
-        let path = &files[i].0;
-        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+    for (i, doc) in &docs {
+        let path = &files[*i].0;
+        if packable(doc).is_none() {
             continue;
+        }
+        let held = match dest {
+            Some(dest) => dest.read(path).await?,
+            None => None,
+        };
+        let like_dest = match held.as_deref().and_then(|b| serde_json::from_slice(b).ok()) {
+            Some(there) => sharded_like(doc, &there)
+                .map_err(|why| anyhow::anyhow!("{path}: the destination holds this array, but {why}"))?,
+            None => None,
+        };
+        let doc = match like_dest {
+            Some(doc) => doc,
+            None if packs(doc, shape).map_err(|why| anyhow::anyhow!("{path}: {why}"))? => sharded_doc(doc, shape),
+            None => continue,
         };
         let dir = path.strip_suffix("zarr.json").unwrap_or("").trim_end_matches('/');
-        let packed = if packs(&doc, shape).map_err(|why| anyhow::anyhow!("{path}: {why}"))? {
-            let packed = sharded_doc(&doc, shape);
-            targets.insert(dir.to_string(), target(path, &packed)?);
-            packed
-        } else {
-            match sharded_group(&doc, shape).map_err(|why| anyhow::anyhow!("{path}: consolidated entry {why}"))? {
-                Some(group) => group,
-                None => continue,
+        targets.insert(dir.to_string(), target(path, &doc)?);
+        rewritten.insert(*i, to_stored_bytes(&doc).into());
+        packed.insert(dir.to_string(), doc);
+    }
+    // Then groups: their consolidated entries of packed arrays packed alike.
+    for (i, doc) in &docs {
+        let path = &files[*i].0;
+        if rewritten.contains_key(i) {
+            continue;
+        }
+        let dir = path.strip_suffix("zarr.json").unwrap_or("").trim_end_matches('/');
+        let full = |rel: &str| {
+            if dir.is_empty() {
+                rel.to_string()
+            } else {
+                format!("{dir}/{rel}")
             }
         };
-        rewritten.insert(i, to_stored_bytes(&packed).into());
+        if let Some(group) = packed_group(doc, &|rel| packed.get(&full(rel)).cloned()) {
+            rewritten.insert(*i, to_stored_bytes(&group).into());
+        }
     }
     if targets.is_empty() {
         bail!(
-            "no array to pack: no v3 array without sharding has {} dimensions",
-            shape.len()
+            "no array to pack: no v3 array without sharding has {} dimensions{}",
+            shape.len(),
+            if dest.is_some() {
+                " or is held sharded by the destination"
+            } else {
+                ""
+            }
         );
     }
     let mut shards: BTreeMap<String, Vec<(u64, String, Node)>> = BTreeMap::new();

@@ -14,31 +14,87 @@
 
 use serde_json::{json, Value};
 
-use crate::zarr::consolidated::{declares_sharding, for_each_array_entry};
+use crate::zarr::consolidated::{declares_sharding, for_each_array_entry, unsharded_entry};
 use crate::zarr::metadata::{parse_node, NodeMetadata};
+use crate::zarr::translate::{translate_array, Refusal};
+
+/// Whether `doc` is an array [`sharded_doc`] can pack: a v3 array with a regular grid, no
+/// sharding and no storage transformer; its dimensions if so.
+pub fn packable(doc: &Value) -> Option<usize> {
+    let Ok(NodeMetadata::Array(meta)) = parse_node(doc.clone()) else {
+        return None;
+    };
+    (!declares_sharding(doc) && meta.storage_transformers.is_empty()).then(|| meta.ndim())
+}
 
 /// Whether to pack the array `doc` describes into shards of `shard_shape`: `Ok(true)` yes,
-/// `Ok(false)` it is left as it is (not a v3 array, already sharded, other dimensions), `Err`
-/// the shard shape does not fit its chunks.
+/// `Ok(false)` it is left as it is (not [`packable`], other dimensions), `Err` the shard shape
+/// does not fit its chunks.
 pub fn packs(doc: &Value, shard_shape: &[u64]) -> Result<bool, String> {
-    let Ok(NodeMetadata::Array(meta)) = parse_node(doc.clone()) else {
-        return Ok(false);
-    };
-    if declares_sharding(doc) || !meta.storage_transformers.is_empty() || meta.ndim() != shard_shape.len() {
+    if packable(doc) != Some(shard_shape.len()) || shard_shape.is_empty() {
         return Ok(false);
     }
-    let fits = meta
-        .chunk_shape
-        .iter()
-        .zip(shard_shape)
-        .all(|(&c, &s)| c > 0 && s > 0 && s % c == 0);
+    let chunk_shape: Vec<u64> = doc
+        .pointer("/chunk_grid/configuration/chunk_shape")
+        .and_then(Value::as_array)
+        .map(|dims| dims.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    let fits = chunk_shape.len() == shard_shape.len()
+        && chunk_shape
+            .iter()
+            .zip(shard_shape)
+            .all(|(&c, &s)| c > 0 && s > 0 && s % c == 0);
     if !fits {
         return Err(format!(
-            "the shard shape {shard_shape:?} is not a multiple of the chunk shape {:?}",
-            meta.chunk_shape
+            "the shard shape {shard_shape:?} is not a multiple of the chunk shape {chunk_shape:?}"
         ));
     }
     Ok(true)
+}
+
+/// The document of `doc` (an unsharded array) packed as `sharded` packs the same array
+/// (`--shard` into a DEST that holds the array sharded already): `doc` with `sharded`'s grid and
+/// codecs. `None` when `sharded` declares no sharding; an error when its inner chunks or codecs
+/// are not `doc`'s.
+pub fn sharded_like(doc: &Value, sharded: &Value) -> Result<Option<Value>, String> {
+    if !declares_sharding(sharded) {
+        return Ok(None);
+    }
+    let Some(inner) = unsharded_entry(sharded) else {
+        return Err("it is sharded there in a way zarrfs cannot pack into".into());
+    };
+    let bytes = |v: &Value| serde_json::to_vec(v).unwrap_or_default();
+    match translate_array(&bytes(sharded), &bytes(&inner), &bytes(doc)) {
+        Ok(None) => Ok(Some(sharded.clone())),
+        Ok(Some(stored)) => serde_json::from_slice(&stored).map(Some).map_err(|e| e.to_string()),
+        Err(Refusal::ChangesSharding(field)) => Err(format!(
+            "it is sharded there with inner {field} other than the source's {field}"
+        )),
+        Err(other) => Err(other.to_string()),
+    }
+}
+
+/// A group document whose consolidated entries of packed arrays carry the packed grid and
+/// codecs: `packed(path)` is the packed document of the array at `path` (relative to the
+/// group), if it is packed. `None` when no entry changes.
+pub fn packed_group(doc: &Value, packed: &dyn Fn(&str) -> Option<Value>) -> Option<Value> {
+    let mut out = doc.clone();
+    let mut changed = false;
+    for_each_array_entry(&mut out, &mut |path, entry| {
+        let (Some(array), Some(obj)) = (packed(path), entry.as_object_mut()) else {
+            return;
+        };
+        if declares_sharding(&Value::Object(obj.clone())) {
+            return;
+        }
+        for field in ["chunk_grid", "codecs"] {
+            if let Some(v) = array.get(field) {
+                obj.insert(field.into(), v.clone());
+            }
+        }
+        changed = true;
+    });
+    changed.then_some(out)
 }
 
 /// The sharded document of an unsharded array document (see the module notes); call
@@ -73,27 +129,6 @@ pub fn sharded_doc(doc: &Value, shard_shape: &[u64]) -> Value {
         );
     }
     out
-}
-
-/// A group document with every consolidated entry that [`packs`] sharded; `None` when no entry
-/// changes. An entry whose chunks do not fit the shard shape is an error naming it.
-pub fn sharded_group(doc: &Value, shard_shape: &[u64]) -> Result<Option<Value>, String> {
-    let mut out = doc.clone();
-    let (mut changed, mut error) = (false, None);
-    for_each_array_entry(&mut out, &mut |path, entry| match packs(entry, shard_shape) {
-        Ok(true) => {
-            *entry = sharded_doc(entry, shard_shape);
-            changed = true;
-        }
-        Ok(false) => {}
-        Err(why) => {
-            error.get_or_insert_with(|| format!("{path}: {why}"));
-        }
-    });
-    match error {
-        Some(e) => Err(e),
-        None => Ok(changed.then_some(out)),
-    }
 }
 
 #[cfg(test)]
@@ -143,7 +178,8 @@ mod tests {
         let group = json!({"zarr_format": 3, "node_type": "group", "consolidated_metadata": {
             "kind": "inline", "must_understand": false,
             "metadata": {"a": doc(), "b": {"zarr_format": 3, "node_type": "group"}, "v": sharded_doc(&doc(), &[20, 20])}}});
-        let out = sharded_group(&group, &[50, 60]).unwrap().unwrap();
+        let packed = |path: &str| (path == "a" || path == "v").then(|| sharded_doc(&doc(), &[50, 60]));
+        let out = packed_group(&group, &packed).unwrap();
         assert_eq!(
             out["consolidated_metadata"]["metadata"]["a"],
             sharded_doc(&doc(), &[50, 60])
@@ -152,7 +188,21 @@ mod tests {
             out["consolidated_metadata"]["metadata"]["v"],
             group["consolidated_metadata"]["metadata"]["v"]
         );
-        assert_eq!(sharded_group(&group, &[5]).unwrap(), None);
-        assert!(sharded_group(&group, &[50, 50]).unwrap_err().starts_with("a: "));
+        assert_eq!(packed_group(&group, &|_| None), None);
+    }
+
+    #[test]
+    fn packed_like_the_destination() {
+        let there = sharded_doc(&doc(), &[100, 60]);
+        assert_eq!(sharded_like(&doc(), &there), Ok(Some(there.clone())));
+        let mut other_attrs = doc();
+        other_attrs["attributes"] = json!({"b": 2});
+        let got = sharded_like(&other_attrs, &there).unwrap().unwrap();
+        assert_eq!(got["attributes"], json!({"b": 2}));
+        assert_eq!(got["codecs"], there["codecs"]);
+        assert_eq!(sharded_like(&doc(), &doc()), Ok(None));
+        let mut other_chunks = doc();
+        other_chunks["chunk_grid"]["configuration"]["chunk_shape"] = json!([5, 20]);
+        assert!(sharded_like(&other_chunks, &there).unwrap_err().contains("chunk_grid"));
     }
 }

@@ -157,7 +157,7 @@ def test_a_shape_that_does_not_fit_is_refused_with_nothing_written(zarrfs_bin, u
     assert res.returncode != 0
     assert "is not a multiple of the chunk shape" in res.stderr and "zarr.json" in res.stderr, res.stderr
     assert not walk_files(tmp_path / "dest")
-    for bad in ["0,4", "x", "", "4,-1"]:
+    for bad in ["0,4", "x", "4,-1", "3,,4"]:
         res = shard_copy(zarrfs_bin, unsharded, tmp_path / "dest2", shape=bad)
         assert res.returncode != 0 and "shard shape" in res.stderr, (bad, res.stderr)
     res = shard_copy(zarrfs_bin, unsharded, tmp_path / "dest3", shape="1,1,1,1,1")
@@ -171,3 +171,27 @@ def test_packing_from_s3_to_s3(zarrfs_bin, remote, unsharded, tmp_path):
     assert res.returncode == 0, res.stderr
     assert shard_copy(zarrfs_bin, unsharded, tmp_path / "local").returncode == 0
     assert contents(download_tree("s3", dest, tmp_path / "got")) == contents(tmp_path / "local")
+
+
+def test_arrays_the_destination_holds_sharded_are_packed_as_they_are_there(zarrfs_bin, unsharded, tmp_path):
+    dest = tmp_path / "dest"
+    assert shard_copy(zarrfs_bin, unsharded, dest).returncode == 0
+    want = contents(dest)
+    for rel in want:  # keep the documents: an empty sharded store, as zarr-python creates one
+        if not rel.endswith("zarr.json"):
+            (dest / rel).unlink()
+    # No SHAPE: the shapes DEST holds; another SHAPE: DEST's shapes still win for its arrays.
+    res = shard_copy(zarrfs_bin, unsharded, dest, shape="")
+    assert res.returncode == 0, res.stderr
+    assert contents(dest) == want
+    res = shard_copy(zarrfs_bin, unsharded, dest, "--json", shape="40,40")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["files_copied"] == 0 and contents(dest) == want
+    # A DEST array sharded with other inner chunks cannot take these chunks.
+    other = tmp_path / "other"
+    group = zarr.open_group(str(other), mode="w")
+    group.create_array("unsharded_2d", shape=(25, 30), chunks=(5, 5), shards=(10, 10), dtype="f8")
+    res = shard_copy(zarrfs_bin, unsharded, other)
+    assert res.returncode != 0
+    assert "unsharded_2d/zarr.json: the destination holds this array" in res.stderr, res.stderr
+    assert "chunk_grid" in res.stderr, res.stderr
