@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 
 use super::pack::PackUnit;
-use crate::view::{Node, ShardUnit, View};
+use crate::view::{CopyListing, Node, ShardUnit, View};
 
 /// Files whose bytes say what the hierarchy is: a DEST holding other bytes under these names
 /// holds another hierarchy.
@@ -111,40 +111,57 @@ impl std::fmt::Display for Part {
     }
 }
 
-/// Walk the whole view (parents before children, names in order). With `whole`, chunk trees
-/// are walked too, file by file (`--shard` needs every chunk file); else a sharded array's
-/// chunk tree is taken as its stored shards.
+/// Directories listed at once while walking.
+const WALK_LISTINGS: usize = 16;
+
+/// Walk the whole view, a level at a time with the directories of a level listed together
+/// (parents before children). With `whole`, chunk trees are walked too, file by file
+/// (`--shard` needs every chunk file); else a sharded array's chunk tree is taken as its
+/// stored shards.
 pub async fn walk(view: &View, whole: bool) -> Result<Plan> {
+    use futures::{StreamExt, TryStreamExt};
     let mut plan = Plan::default();
-    let mut pending = vec![String::new()];
-    while let Some(dir) = pending.pop() {
-        let shown = if dir.is_empty() { "the root" } else { &dir };
-        let listing = if whole {
-            let mut listing = crate::view::CopyListing::default();
-            for (name, node) in view.list(&dir).await.with_context(|| format!("cannot list {shown}"))? {
-                let path = format!("{}{name}", crate::store::key::dir_prefix(&dir));
-                if node.is_dir() {
-                    listing.dirs.push(path);
-                } else {
-                    listing.files.push((path, node));
-                }
-            }
-            listing
-        } else {
-            view.list_for_copy(&dir)
-                .await
-                .with_context(|| format!("cannot list {shown}"))?
-        };
-        plan.units
-            .extend(listing.files.into_iter().map(|(path, node)| Unit::File { path, node }));
-        plan.units.extend(listing.shards.into_iter().map(Unit::Shard));
-        plan.dirs.extend(listing.dirs.iter().cloned());
-        pending.extend(listing.dirs.into_iter().rev());
+    let mut level = vec![String::new()];
+    while !level.is_empty() {
+        let listings: Vec<CopyListing> = futures::stream::iter(level)
+            .map(|dir| async move {
+                let shown = if dir.is_empty() { "the root" } else { &dir };
+                list(view, &dir, whole)
+                    .await
+                    .with_context(|| format!("cannot list {shown}"))
+            })
+            .buffered(WALK_LISTINGS)
+            .try_collect()
+            .await?;
+        level = Vec::new();
+        for listing in listings {
+            plan.units
+                .extend(listing.files.into_iter().map(|(path, node)| Unit::File { path, node }));
+            plan.units.extend(listing.shards.into_iter().map(Unit::Shard));
+            plan.dirs.extend(listing.dirs.iter().cloned());
+            level.extend(listing.dirs);
+        }
     }
     if plan.units.is_empty() && plan.dirs.is_empty() {
         bail!("nothing to copy: the source shows no file or directory");
     }
     Ok(plan)
+}
+
+async fn list(view: &View, dir: &str, whole: bool) -> Result<CopyListing> {
+    if !whole {
+        return Ok(view.list_for_copy(dir).await?);
+    }
+    let mut listing = CopyListing::default();
+    for (name, node) in view.list(dir).await? {
+        let path = format!("{}{name}", crate::store::key::dir_prefix(dir));
+        if node.is_dir() {
+            listing.dirs.push(path);
+        } else {
+            listing.files.push((path, node));
+        }
+    }
+    Ok(listing)
 }
 
 /// The indexes of the units that make part `part`, in name order, metadata last (so that a

@@ -1,7 +1,7 @@
 //! Copying a part's units: each unit's files (a shard's chunk files, from its index; or the
 //! one file), many at a time, each read through the view and written whole to DEST.
 //!
-//! The units' file lists are found a few units ahead of the copying (a shard's index read
+//! The units' file lists are found `--jobs` units ahead of the copying (a shard's index read
 //! brings its bytes along on a remote source, see `view::copy_units`), and the files of all
 //! of them flow through one pool of `--jobs` copies, so a small shard does not hold the pool
 //! back. A file DEST already holds at its full size is skipped when DEST was not empty at the
@@ -22,8 +22,12 @@ use super::plan::Unit;
 use super::progress::Tally;
 use crate::view::{Node, View};
 
-/// Units whose files are being found ahead of the copying.
-const UNITS_AHEAD: usize = 4;
+/// Units whose files are being found ahead of the copying: as many as files copied at once,
+/// so that on a remote source `--jobs` shards are in flight (each index read brings its shard,
+/// up to the prefetch window).
+fn units_ahead(jobs: usize) -> usize {
+    jobs.clamp(1, 64)
+}
 
 /// Failed files after which the copy stops (something is wrong with DEST or SOURCE as a
 /// whole, and more attempts only add noise).
@@ -78,7 +82,7 @@ impl Work<'_> {
                 let files = self.files_of(&unit).await;
                 (unit, files)
             })
-            .buffered(UNITS_AHEAD)
+            .buffered(units_ahead(self.jobs))
             .flat_map(|(unit, files)| {
                 let state = Arc::new(UnitState {
                     size: unit.size(),
