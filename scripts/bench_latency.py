@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -48,6 +49,7 @@ ARRAYS = {"small": 64, "large": 256, "mid": 128}  # inner chunk side; mid is onl
 SEEDS = {"small": 1, "large": 2, "mid": 3}
 LABEL = {"small": "8 KiB", "large": "128 KiB", "mid": "32 KiB"}
 PREFIX = "lat"  # the fixture's place in the bucket (S3) and under the web root (/zarrfs/lat)
+BUCKET = "zarrfs"  # the bucket servers.sh creates in moto
 RCLONE_FLAGS = ["--transfers", "16", "--checkers", "16"]
 TIMEOUT = 900
 
@@ -189,6 +191,35 @@ def check_raw_copy(dest: Path, src: Path) -> str | None:
         if (dest / rel).read_bytes() != (src / rel).read_bytes():
             return f"{rel}: bytes differ"
     return None
+
+
+def check_s3_copy(s3, prefix: str, local: Path) -> str | None:
+    """The objects under PREFIX (boto3 client S3, straight to moto) are exactly the files of LOCAL,
+    row n's unsharded copy: every ETag is the MD5 of the local file (moto computes it from the bytes
+    it stored), and the metadata documents and every 16th chunk are read back and compared too."""
+    want = {p.relative_to(local).as_posix(): p for p in local.rglob("*") if p.is_file()}
+    got = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/"):
+        got.update({o["Key"][len(prefix) + 1:]: o["ETag"].strip('"') for o in page.get("Contents", [])})
+    if set(got) != set(want):
+        missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+        return f"objects: {len(missing)} missing {missing[:3]}, {len(extra)} unexpected {extra[:3]}"
+    sample = set(sorted(want)[::16]) | {k for k in want if k.endswith("zarr.json")}
+    for rel, path in sorted(want.items()):
+        data = path.read_bytes()
+        if "-" not in got[rel] and got[rel] != hashlib.md5(data).hexdigest():
+            return f"{rel}: ETag {got[rel]} is not the MD5 of the local copy's file"
+        if rel in sample and s3.get_object(Bucket=BUCKET, Key=f"{prefix}/{rel}")["Body"].read() != data:
+            return f"{rel}: bytes differ from the local copy's"
+    return None
+
+
+def delete_prefix(s3, prefix: str) -> None:
+    """Every object under PREFIX deleted (moto keeps them in memory)."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/"):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=BUCKET, Delete={"Objects": keys, "Quiet": True})
 
 
 def check_array(a, name: str) -> str | None:
@@ -419,8 +450,10 @@ class Bench(Processes):
         for s in self.sizes:
             if s not in ("small", "large"):
                 raise BenchError(f"SIZES: {s!r} is not small or large")
-        self.rows = set(os.environ.get("ROWS", "abcdefghknx"))
+        self.rows = set(os.environ.get("ROWS", "abcdefghknxy"))
         self.native_cp = {}  # chunk size -> row n's cp -r record: row k's reference
+        self.native_copy = {}  # chunk size -> row n's checked unsharded copy: what row y uploads
+        self.s3_dests = 0  # S3 destinations of row y so far: each run writes to a fresh prefix
         self.s3_port = int(os.environ.get("LAT_S3_PORT", "9290"))
         self.http_port = int(os.environ.get("LAT_HTTP_PORT", "9291"))
         self.servers_env = dict(
@@ -478,7 +511,7 @@ class Bench(Processes):
     def start_servers(self) -> None:
         servers = SCRIPTS / "servers.sh"
         for name in ("http", "s3"):
-            if "h" not in self.rows and name == "s3":
+            if not self.rows & set("hy") and name == "s3":
                 continue
             say(f"starting {name} (servers.sh, private ports, {self.work / 'servers'})")
             self.started.append(name)
@@ -617,7 +650,7 @@ class Bench(Processes):
         """Row n, once per chunk size before the latency loops: an unsharded copy of the view's
         dataset on local disk (cp -r from a fresh mount at 0 ms, checked), then the clients of rows
         b, c and d on it with no network and no FUSE: their own cost per file, a floor for those
-        rows."""
+        rows. Row y alone makes only the copy (it uploads it)."""
         say("no network, no FUSE: unsharded copies of the view on local disk (made through a 0 ms mount)")
         proxy = Proxy(self, "copy", self.http_port, 0)
         self.proxies.append(proxy)
@@ -638,9 +671,11 @@ class Bench(Processes):
                                 z=lambda make=make, copy=copy, size=size: self.measure(
                                     proxy, make, lambda _o: check_dataset_copy(copy, size), mount))
                 if made["z"].get("check") != "ok":
-                    say(f"  no floor rows for {LABEL[size]}: the copy is not right")
+                    say(f"  no floor rows and no row y for {LABEL[size]}: the copy is not right")
                     continue
-                self.floor_rows(size, copy / VAR)
+                self.native_copy[size] = copy
+                if "n" in self.rows:
+                    self.floor_rows(size, copy / VAR)
         finally:
             proxy.close()
             self.proxies.remove(proxy)
@@ -679,7 +714,7 @@ class Bench(Processes):
         http_mount = (root_url, None, ())
         for size in self.sizes:
             src = self.fx / size / VAR
-            ref_a = None
+            ref_a = ts = None
             if self.rows & set("abcx"):
                 dest = self.fresh(f"rclone-http-{size}")
                 url = f"http://127.0.0.1:{static.port}/zarrfs/{PREFIX}/{size}/{VAR}/"
@@ -723,36 +758,106 @@ class Bench(Processes):
                 def ts_check(_o, dest=dest):
                     shutil.rmtree(dest, ignore_errors=True)
 
-                self.row(lat, size, "e", "cp -r view (b)", z=b, ref_what="tensorstore HTTP -> unsharded",
-                         ref=lambda dest=dest: self.measure(
-                             dav, lambda _m: self.py_client("tensorstore", size, f"{root_url}/{size}/{VAR}", dest),
-                             ts_check))
+                def ts_unshard(_m, dest=dest, size=size):
+                    return self.py_client("tensorstore", size, f"{root_url}/{size}/{VAR}", dest)
+
+                ts = self.row(lat, size, "e", "cp -r view (b)", z=b, ref_what="tensorstore HTTP -> unsharded",
+                              ref=lambda: self.measure(dav, ts_unshard, ts_check))["ref"]
             if "k" in self.rows:
                 self.disk_cache_rows(lat, size, dav, root_url)
             if "x" in self.rows:
-                dest = self.fresh(f"zarrfs-copy-{size}")
-
-                def zcopy(_m, dest=dest, size=size):
-                    self.sh([self.bin, "copy", f"{root_url}/{size}", str(dest), "--unshard"])
-
-                def zcopy_check(_o, dest=dest, size=size):
-                    err = check_dataset_copy(dest, size)
-                    shutil.rmtree(dest, ignore_errors=True)
-                    return err
-
-                self.row(lat, size, "x", "zarrfs copy --unshard (the dataset)", ref_what="rclone raw (a)",
-                         ref=ref_a, z=lambda: self.measure(dav, zcopy, zcopy_check))
+                self.local_copy_rows(lat, size, dav, f"{root_url}/{size}", ref_a, ts)
+            if "y" in self.rows and s3 is not None:
+                self.s3_dest_row(lat, size, dav, s3, f"{root_url}/{size}")
             if "f" in self.rows:
                 self.row(lat, size, "f", "cat first chunk",
                          z=lambda: self.measure(dav, self.cat_first(size), mount=http_mount))
         if "g" in self.rows:
             self.listing_rows(lat, dav, http_mount, "g", "")
-        if s3 is not None:
+        if s3 is not None and "h" in self.rows:
             self.s3_rows(lat, s3)
         for p in (dav, static, s3):
             if p:
                 p.close()
                 self.proxies.remove(p)
+
+    def zarrfs_copy(self, source: str, dest: str, env: dict | None = None) -> str:
+        """`zarrfs copy SOURCE DEST --unshard`: its summary line (files, bytes, rate), DEST left out."""
+        out = self.sh([self.bin, "copy", source, dest, "--unshard"], env=env).stdout.decode().strip()
+        return re.sub(r" to \S+", "", out.splitlines()[-1]) if out else ""
+
+    def local_copy_rows(self, lat: float, size: str, proxy: Proxy, url: str, ref_a: dict | None,
+                        ts: dict | None) -> None:
+        """Row x: zarrfs copy of the dataset at URL to local disk, vs rclone's raw copy (row a), and
+        again vs tensorstore's unshard (row e) when this run measured it (issue 26's two aims)."""
+        dest = self.fresh(f"zarrfs-copy-{size}")
+
+        def zcopy(_m):
+            return {"out": self.zarrfs_copy(url, str(dest))}
+
+        def zcopy_check(_o):
+            err = check_dataset_copy(dest, size)
+            shutil.rmtree(dest, ignore_errors=True)
+            return err
+
+        x = self.row(lat, size, "x", "zarrfs copy --unshard (the dataset)", ref_what="rclone raw (a)",
+                     ref=ref_a, z=lambda: self.measure(proxy, zcopy, zcopy_check))["z"]
+        if ts is not None:
+            self.row(lat, size, "x", "zarrfs copy --unshard (x)", z=x, ref_what="tensorstore unshard (e)", ref=ts)
+
+    def s3_dest_row(self, lat: float, size: str, dav: Proxy, s3: Proxy, url: str) -> None:
+        """Row y: zarrfs copy of the dataset at URL (HTTP) to a fresh prefix of the S3 server, vs
+        rclone uploading row n's unsharded copy of it (16 transfers) to another; both behind the
+        proxy at the same round trip, each copy checked against row n's and then deleted. The
+        proxy counts are the S3 side's (what both do); zarrfs's HTTP reads go in its notes."""
+        import boto3
+
+        local = self.native_copy.get(size)
+        if local is None:
+            say(f"  no row y for {LABEL[size]}: no checked unsharded copy from row n")
+            return
+        endpoint = f"http://127.0.0.1:{s3.port}"
+        direct = boto3.client("s3", endpoint_url=self.s3_env["AWS_ENDPOINT_URL"],
+                              aws_access_key_id=self.s3_env["AWS_ACCESS_KEY_ID"],
+                              aws_secret_access_key=self.s3_env["AWS_SECRET_ACCESS_KEY"],
+                              region_name=self.s3_env.get("AWS_REGION", "us-east-1"))
+        last = {}  # tool -> the prefix its latest run wrote, for the check
+
+        def prefix(tool: str) -> str:
+            self.s3_dests += 1
+            last[tool] = f"copies/{self.s3_dests}-{tool}-{lat:g}ms-{size}"
+            return last[tool]
+
+        def checked(tool: str):
+            def check(_o):
+                try:
+                    return check_s3_copy(direct, last[tool], local)
+                finally:
+                    delete_prefix(direct, last[tool])
+            return check
+
+        zenv = {**os.environ, **self.s3_env, "AWS_ENDPOINT_URL": endpoint}
+
+        def zcopy(_m):
+            mk, t0 = dav.mark(), now()
+            summary = self.zarrfs_copy(url, f"s3://{BUCKET}/{prefix('zarrfs')}", zenv)
+            secs, src = now() - t0, dav.count(mk)
+            waves = "" if src["waves"] is None else f", {src['waves']} waves"
+            return {"seconds": secs, "out": f"HTTP source: ~{src['sends']} reqs{waves}; {summary}"}
+
+        # an rclone remote from the environment (RCLONE_CONFIG_<NAME>_...), as a user would set one
+        renv = dict(self.rclone_env(), RCLONE_CONFIG_LATS3_TYPE="s3", RCLONE_CONFIG_LATS3_PROVIDER="Other",
+                    RCLONE_CONFIG_LATS3_ENDPOINT=endpoint,
+                    RCLONE_CONFIG_LATS3_REGION=self.s3_env.get("AWS_REGION", "us-east-1"),
+                    RCLONE_CONFIG_LATS3_ACCESS_KEY_ID=self.s3_env["AWS_ACCESS_KEY_ID"],
+                    RCLONE_CONFIG_LATS3_SECRET_ACCESS_KEY=self.s3_env["AWS_SECRET_ACCESS_KEY"])
+
+        def upload(_m):
+            self.sh(self.rclone_cmd(str(local), f"lats3:{BUCKET}/{prefix('rclone')}", []), env=renv)
+
+        self.row(lat, size, "y", "zarrfs copy --unshard HTTP -> S3", ref_what="rclone upload of n's copy",
+                 ref=lambda: self.measure(s3, upload, checked("rclone")),
+                 z=lambda: self.measure(s3, zcopy, checked("zarrfs")))
 
     def disk_cache_rows(self, lat: float, size: str, proxy: Proxy, url: str) -> None:
         """Row k: cp -r of the view from a remount with the same --cache as a mount that copied it
@@ -856,7 +961,7 @@ def run(work: Path, bin_path: str, proxy_path: str) -> int:
         say("writing the fixture (xarray to_zarr, zarr_format=3, 3 arrays x 16 shards)")
         write_fixture(b.fx)
         b.start_servers()
-        if "n" in b.rows:
+        if b.rows & set("ny"):  # row y uploads row n's copy
             b.native_rows()
         for lat in b.latencies:
             b.run_latency(lat)
@@ -979,7 +1084,7 @@ def table(results: str) -> None:
         print("\n== no network, no FUSE: the unsharded copy on local disk " + "=" * 42)
         print(fmt_table(["row", "chunks", "client on the copy", "s", "check / notes"], rows))
     head = ["row", "chunks", "zarrfs", "s", "reference", "ref s", "ratio"] + (["vs floor"] if floors else []) + [
-        "reqs", "GET", "GET MiB", "peak", "conns", "waves", "ref reqs", "ref waves", "mount s", "check / notes"]
+        "reqs", "GET", "GET MiB", "peak", "conns", "waves", "ref reqs", "ref conns", "ref waves", "mount s", "check / notes"]
     for lat in dict.fromkeys(r["lat"] for r in recs):
         rows = []
         for r in (r for r in recs if r["lat"] == lat):
@@ -1003,13 +1108,15 @@ def table(results: str) -> None:
             if z.get("out"):
                 notes += f" ({z['out']})"
             waves = lambda s: "" if not s else ("-" if s.get("waves") is None else s["waves"])  # noqa: E731
+            # no mount, no daemon counters (x, y): the sends through the proxy instead
+            reqs = d.get("http_requests", f"~{z['sends']}" if "sends" in z and "delta" not in z else "-")
             rows.append([
                 r["row"], LABEL.get(r.get("size"), "all"), what, secs(z), ref_what, secs(ref), ratio,
                 *([vs_floor] if floors else []),
-                d.get("http_requests", "-") if z else "", d.get("get", "-") if z else "",
+                reqs if z else "", d.get("get", "-") if z else "",
                 f"{d['get_bytes'] / 2**20:.1f}" if "get_bytes" in d else ("-" if z else ""),
                 z.get("peak", "-") if z else "", z.get("conns", "") if z else "", waves(z),
-                f"~{ref['sends']}" if "sends" in ref else "", waves(ref),
+                f"~{ref['sends']}" if "sends" in ref else "", ref.get("conns", ""), waves(ref),
                 f"{z['mount_s']:.2f}" if "mount_s" in z else "", notes])
         print(f"\n== round trip {lat:g} ms " + "=" * 60)
         print(fmt_table(head, rows))
@@ -1017,11 +1124,14 @@ def table(results: str) -> None:
 ratio: reference seconds / zarrfs seconds (>1: zarrfs is faster). Every zarrfs row is a fresh mount
 (--read-only, default options) of the URL through the delaying proxy, page cache dropped; its time
 excludes the mount (mount s). reqs, GET, GET MiB: the daemon's http_requests, get and get_bytes
-during the row; peak: requests_in_flight_peak since the mount ("-": not in this binary). conns:
+during the row ("~N" for x and y, which mount nothing: the sends through the proxy); peak:
+requests_in_flight_peak since the mount ("-": not in this binary). conns:
 connections the daemon opened (each costs a handshake round trip; moto closes every connection
 after one request, so S3 rows pay it per request, rclone's too). waves: round trips of wall time
 in the proxy's log (sends > rtt/2 apart start a new wave; "-" at 0 ms).
-ref reqs: the reference's sends through the proxy (~ requests). ">N": a Python client stopped at
+ref reqs, ref conns: the reference's sends (~ requests) and connections through the proxy (a PUT
+may take more than one send; moto's one request per connection makes conns the request count on
+S3). ">N": a Python client stopped at
 CLIENT_CAP s. a: rclone copy :http: of the stored shards (16 transfers, index pages); b: cp -r of
 the array from the view; c: rclone copy (local, 16 transfers) from the view; d: zarr.open_group /
 xr.open_zarr(...).load() (defaults, a fresh process each, time = open + read) of the mount vs of
@@ -1030,7 +1140,12 @@ copy, vs b; f: cat of c/0/0 right after the mount; g: a cold find / ls -lR / du 
 (3 arrays, 48 shards, 5,376 chunk files); h: the same over S3 (moto); k: cp -r of the array from
 a remount with the --cache of a mount that copied it once, within the metadata TTL (60 s) and after
 it (1 s: each shard confirmed by a HEAD), vs row n's native cp -r of the copy on local disk; x:
-`zarrfs copy URL DEST --unshard` of the dataset (no mount; the whole command, to local disk), vs a.
+`zarrfs copy URL DEST --unshard` of the dataset (no mount; the whole command, to local disk), vs a
+(aim >= 0.9x) and, in a second line when e ran, vs e's tensorstore unshard of the array (aim >= 3x);
+y: `zarrfs copy URL s3://... --unshard` of the dataset from HTTP to a fresh prefix of moto (both
+behind the proxy) vs rclone uploading row n's unsharded copy of it (16 transfers, fresh prefix; aim
+>= 0.8x), both checked against that copy (object set, ETag = MD5 of every file, every 16th read
+back); its proxy columns are the S3 side's, its notes give the HTTP source's and zarrfs's summary.
 n: no network, no FUSE: the clients of b, c and d alone on an unsharded copy of the view on local
 disk (made once per chunk size before the latency rows: cp -r of the view's dataset from a fresh
 mount at 0 ms, checked, its time shown for information); page cache dropped, the fastest of

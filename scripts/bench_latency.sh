@@ -15,13 +15,18 @@
 #   g  a cold find, ls -lR and du -s of the root (3 arrays, 48 shards)
 #   h  S3 (moto): rclone's raw copy, cp -r of the view, f and g
 #   x  zarrfs copy URL DEST --unshard of the dataset to local disk (issue 26; no mount), vs a
+#      and, when e is measured too, vs e (tensorstore's unshard of the same array)
+#   y  zarrfs copy URL s3://... --unshard of the dataset from HTTP to S3 (moto; both behind the
+#      proxy, a fresh prefix each run), vs rclone uploading row n's unsharded copy (16 transfers);
+#      both uploads checked against that copy (listing, ETags, a sample read back)
 #   k  cp -r of the view from a remount with the --cache of a mount that copied it once (issue
 #      25), within the metadata TTL and after it, vs the native cp -r of row n
 # and once per size, before the latency loops, with no network and no FUSE:
 #   n  the clients of b, c and d (cp -r, rclone copy local, zarr-python, xarray) on an unsharded
 #      copy of the view on local disk under the work directory (cp -r of the view's dataset from a
 #      0 ms mount, checked): the client's own cost per file, a floor for b, c and d, which the
-#      table shows next to them as "vs floor" (zarrfs seconds / n seconds of the same client)
+#      table shows next to them as "vs floor" (zarrfs seconds / n seconds of the same client);
+#      with y and without n, only the copy is made (y uploads it)
 # Every copy and read is checked against the written data. The table shows, next to each
 # zarrfs row, the daemon's http_requests, get, get_bytes and requests_in_flight_peak.
 #
@@ -38,7 +43,7 @@
 #                          else target/release/zarrfs-delay-proxy)
 #        LATENCIES         round trips in ms (default "0 20 50")
 #        SIZES             "small large" (default both: 8 KiB and 128 KiB inner chunks)
-#        ROWS              letters of the rows above (default abcdefghknx; b is measured for e too)
+#        ROWS              letters of the rows above (default abcdefghknxy; b is measured for e too)
 #        RUNS              timed runs per measurement, the fastest is kept (default 1)
 #        FLOOR_RUNS        timed runs of each row n, the fastest is kept (default: RUNS, at least 2)
 #        CLIENT_CAP        seconds after which a Python client row (d, e) is stopped and shown
