@@ -68,7 +68,10 @@ impl Dest {
         }
     }
 
-    pub async fn write(&self, key: &str, bytes: Bytes) -> Result<()> {
+    /// Write the file at `key`. With `atomic`, a local file is written under a temporary name
+    /// and renamed, so that no reader ever sees part of it: metadata documents, which other
+    /// parts' machines read when they start (an object-store PUT is atomic anyway).
+    pub async fn write(&self, key: &str, bytes: Bytes, atomic: bool) -> Result<()> {
         match self {
             Dest::Local(root) => {
                 let path = root.join(key);
@@ -76,7 +79,18 @@ impl Dest {
                     if let Some(parent) = path.parent() {
                         std::fs::create_dir_all(parent)?;
                     }
-                    std::fs::write(&path, &bytes)
+                    if !atomic {
+                        return std::fs::write(&path, &bytes);
+                    }
+                    let name = path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let temp = path.with_file_name(format!(".{name}.zarrfs-copy-{}", std::process::id()));
+                    std::fs::write(&temp, &bytes)?;
+                    std::fs::rename(&temp, &path).inspect_err(|_| {
+                        let _ = std::fs::remove_file(&temp);
+                    })
                 })
                 .await??;
             }

@@ -24,6 +24,11 @@ use crate::view::{CopyListing, Node, ShardUnit, View};
 /// holds another hierarchy.
 const METADATA_NAMES: [&str; 5] = ["zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"];
 
+/// Whether the file at `path` is a metadata document (see [`METADATA_NAMES`]).
+pub fn is_metadata_path(path: &str) -> bool {
+    METADATA_NAMES.contains(&path.rsplit('/').next().unwrap_or(path))
+}
+
 /// One unit of work.
 #[derive(Debug, Clone)]
 pub enum Unit {
@@ -61,9 +66,7 @@ impl Unit {
     /// Whether this is a metadata document (see [`METADATA_NAMES`]).
     pub fn is_metadata(&self) -> bool {
         match self {
-            Unit::File { path, .. } | Unit::Doc { path, .. } => {
-                METADATA_NAMES.contains(&path.rsplit('/').next().unwrap_or(path))
-            }
+            Unit::File { path, .. } | Unit::Doc { path, .. } => is_metadata_path(path),
             Unit::Shard(_) | Unit::Pack(_) => false,
         }
     }

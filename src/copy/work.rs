@@ -218,7 +218,7 @@ impl Work<'_> {
         };
         let len = bytes.len() as u64;
         self.dest
-            .write(path, bytes.clone())
+            .write(path, bytes.clone(), super::plan::is_metadata_path(path))
             .await
             .with_context(|| format!("cannot write {path}"))?;
         if self.verify {

@@ -54,6 +54,21 @@ def test_parts_are_disjoint_and_their_union_is_the_whole(zarrfs_bin, tree, tmp_p
     assert contents(tmp_path / "one") == want
 
 
+def test_parts_in_parallel_into_one_directory(zarrfs_bin, tree, tmp_path, want):
+    """Each part checks every metadata document DEST holds when it starts, while others write
+    theirs: no part may see half a document (they are written under a temporary name and
+    renamed), and none is left behind."""
+    dest = tmp_path / "dest"
+    procs = [subprocess.Popen([str(zarrfs_bin), "copy", str(tree.root), str(dest), "--unshard",
+                               "--part", f"{k}/6", "--jobs", "4"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=Mount.daemon_env()) for k in range(6)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert contents(dest) == want
+
+
 def test_parts_in_parallel_from_s3_to_s3(zarrfs_bin, mounter, remote, tree, tmp_path):
     """The zarr-python group (sharded arrays of every index layout and codec, unsharded ones)."""
     want = mount_copy(mounter, tree.root / "zp", tmp_path / "via-mount")
