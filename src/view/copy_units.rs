@@ -40,7 +40,16 @@ impl View {
     /// Directory `dir` for a copy (see the module notes): the array directory of a sharded
     /// array lists its other entries as usual and its chunk tree as shards.
     pub async fn list_for_copy(&self, dir: &str) -> Result<CopyListing, ViewError> {
-        let (entries, array) = match self.place(dir).await? {
+        let placed = if self.remote {
+            // The directory's listing is asked for while its node is found (one round trip,
+            // not two): the listing caches keep it for the listing below.
+            let prefix = dir_prefix(dir);
+            let (placed, _) = futures::join!(self.place(dir), self.store.list_dir(&prefix));
+            placed
+        } else {
+            self.place(dir).await
+        };
+        let (entries, array) = match placed? {
             Place::Sharded(node) if node.dir == dir => (self.list_array_dir_stored(&node).await?, Some(node)),
             _ => (self.list(dir).await?, None),
         };
