@@ -121,7 +121,7 @@ impl Dest {
                 Ok(match meta {
                     Ok(meta) if meta.is_file() => Some(meta.len()),
                     Ok(_) => None,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) if absent(&e) => None,
                     Err(e) => return Err(e.into()),
                 })
             }
@@ -158,14 +158,7 @@ impl Dest {
                 let path = root.join(key);
                 match tokio::task::spawn_blocking(move || std::fs::read(path)).await? {
                     Ok(bytes) => Ok(Some(bytes.into())),
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::NotFound | std::io::ErrorKind::IsADirectory
-                        ) =>
-                    {
-                        Ok(None)
-                    }
+                    Err(e) if absent(&e) || e.kind() == std::io::ErrorKind::IsADirectory => Ok(None),
                     Err(e) => Err(e.into()),
                 }
             }
@@ -189,7 +182,7 @@ impl Dest {
                 .await?;
                 match read {
                     Ok(bytes) => Ok(Some(bytes.into())),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) if absent(&e) => Ok(None),
                     Err(e) => Err(e.into()),
                 }
             }
@@ -212,4 +205,13 @@ impl Dest {
         }
         Ok(())
     }
+}
+
+/// An error that means a local DEST holds no file there (a file where a directory would be
+/// included: writing there fails, and is counted, later).
+fn absent(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
 }

@@ -69,7 +69,16 @@ pub fn run(args: &CopyArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let started = Instant::now();
     let tally = Arc::new(Tally::default());
-    let totals = runtime.block_on(copy(args, &tally))?;
+    let totals = match runtime.block_on(copy(args, &tally)) {
+        Ok(totals) => totals,
+        Err(e) => {
+            // Stopped part way (too many failures): say what failed before why it stopped.
+            for (path, error) in tally.failures() {
+                eprintln!("zarrfs copy: failed: {path}: {error}");
+            }
+            return Err(e);
+        }
+    };
     let elapsed = started.elapsed();
     let failed = tally.files_failed.load(Relaxed);
     if args.json {
@@ -123,7 +132,9 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
         .collect();
     if args.part.k == 0 {
         for dir in &plan.dirs {
-            dest.make_dir(dir).await?;
+            if let Err(e) = dest.make_dir(dir).await {
+                tally.failed(dir, &e.context(format!("cannot make the directory {dir}")));
+            }
         }
     }
     let totals = Totals {

@@ -1,6 +1,7 @@
 """`zarrfs copy SOURCE DEST --unshard` (issue 26, first part): the unsharded view written to DEST
 without a mount, byte for byte what `cp -r` of a read-only mount of SOURCE gives; from a local
-directory and from S3 (moto), to a directory and to S3; a destination that holds another
+directory and from S3 (moto), GCS (fake-gcs-server) and Azure (Azurite), to a directory, S3 and
+Azure; a destination that holds another
 hierarchy is refused and left as it was, one that holds unrelated files is added to.
 """
 from __future__ import annotations
@@ -67,3 +68,23 @@ def test_unrelated_files_in_the_destination_are_kept(zarrfs_bin, mounter, tree, 
     res = copy(zarrfs_bin, tree.root / "zp", dest)
     assert res.returncode == 0, res.stderr
     assert contents(dest) == {**want, "mine.txt": b"keep me"}
+
+
+def test_to_and_from_azure_and_from_gcs(zarrfs_bin, mounter, remote, tree, tmp_path):
+    """Azurite as destination, then as source; fake-gcs-server as source (it refuses the XML
+    API's PUT that object_store writes with, which Google Cloud Storage takes: not testable
+    here as a destination)."""
+    want = mount_copy(mounter, tree.root / "zp", tmp_path / "via-mount")
+    remote.ensure("azure")
+    dest = SR.url("azure", f"{remote.run}/copy-dest")
+    env = remote.env("azure")
+    res = copy(zarrfs_bin, tree.root / "zp", dest, env=env)
+    assert res.returncode == 0, res.stderr
+    assert f"copied {len(want)} files" in res.stdout, res.stdout
+    res = copy(zarrfs_bin, dest, tmp_path / "from-azure", env=env)
+    assert res.returncode == 0, res.stderr
+    assert contents(tmp_path / "from-azure") == want
+    prefix = remote.seed("gcs", tree.root / "zp", "copy-src")
+    res = copy(zarrfs_bin, SR.url("gcs", prefix), tmp_path / "from-gcs", env=remote.env("gcs"))
+    assert res.returncode == 0, res.stderr
+    assert contents(tmp_path / "from-gcs") == want
