@@ -215,3 +215,39 @@ fn absent(e: &std::io::Error) -> bool {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
     )
 }
+
+/// Refuse a local DEST inside a local SOURCE, before DEST is made: the copy would show up in
+/// what it copies (as `cp` refuses to copy a directory into itself). DEST and SOURCE the same
+/// directory is allowed: every file is held already, so nothing is written.
+pub fn refuse_inside(source: &str, dest: &str) -> Result<()> {
+    let (Ok(SourceSpec::Local(source)), Ok(SourceSpec::Local(dest))) =
+        (SourceSpec::parse(source), SourceSpec::parse(dest))
+    else {
+        return Ok(());
+    };
+    let (Ok(source), Some(dest)) = (source.canonicalize(), resolved(&dest)) else {
+        return Ok(());
+    };
+    if dest != source && dest.starts_with(&source) {
+        bail!(
+            "the destination {} lies inside the source {}: copy it somewhere else; nothing was written",
+            dest.display(),
+            source.display()
+        );
+    }
+    Ok(())
+}
+
+/// `path` made absolute through its nearest existing ancestor (symbolic links resolved there).
+fn resolved(path: &std::path::Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(path).ok()?;
+    let mut rest = Vec::new();
+    let mut at = absolute.as_path();
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return Some(rest.iter().rev().fold(real, |p, c| p.join(c)));
+        }
+        rest.push(at.file_name()?.to_owned());
+        at = at.parent()?;
+    }
+}

@@ -101,6 +101,7 @@ pub fn run(args: &CopyArgs) -> Result<()> {
 
 async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
     let view = source_view(&args.source)?;
+    dest::refuse_inside(&args.source, &args.dest)?;
     let (dest, empty) = Dest::open(&args.dest).await?;
     let planning = async {
         let walked = plan::walk(&view, args.shard.is_some()).await?;

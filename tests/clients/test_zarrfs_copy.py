@@ -54,6 +54,10 @@ def test_a_destination_holding_another_hierarchy_is_refused_and_left_alone(zarrf
     assert "holds another hierarchy" in res.stderr and "zarr.json" in res.stderr, res.stderr
     assert "nothing was written" in res.stderr, res.stderr
     assert contents(dest) == before
+    # A destination inside the source would show up in what is copied, as cp refuses.
+    res = copy(zarrfs_bin, dest, dest / "inner" / "copy")
+    assert res.returncode != 0 and "lies inside the source" in res.stderr, res.stderr
+    assert contents(dest) == before and not (dest / "inner").exists()
     res = copy(zarrfs_bin, tmp_path / "no-such-dir", tmp_path / "other")
     assert res.returncode != 0 and "no-such-dir" in res.stderr, res.stderr
     res = run_zarrfs(zarrfs_bin, "copy", tree.root, tmp_path / "x")
