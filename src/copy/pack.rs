@@ -221,8 +221,10 @@ fn target(path: &str, packed: &serde_json::Value) -> Result<Target> {
     let NodeMetadata::Array(meta) = parse_zarr_json(&bytes).with_context(|| format!("{path}: packed document"))? else {
         bail!("{path}: not an array");
     };
-    let Sharding::Sharded(layout) = analyse(&meta) else {
-        bail!("{path}: the packed document is not one the view reads back");
+    let layout = match analyse(&meta) {
+        Sharding::Sharded(layout) => layout,
+        Sharding::Unsupported(why) => bail!("{path}: cannot be packed so: {why}"),
+        Sharding::None => bail!("{path}: the packed document declares no sharding"),
     };
     let level = layout.levels.first().context("no sharding level")?.clone();
     Ok(Target {

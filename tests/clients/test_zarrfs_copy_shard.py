@@ -160,6 +160,9 @@ def test_a_shape_that_does_not_fit_is_refused_with_nothing_written(zarrfs_bin, u
     for bad in ["0,4", "x", "4,-1", "3,,4"]:
         res = shard_copy(zarrfs_bin, unsharded, tmp_path / "dest2", shape=bad)
         assert res.returncode != 0 and "shard shape" in res.stderr, (bad, res.stderr)
+    res = shard_copy(zarrfs_bin, unsharded, tmp_path / "dest4", shape="4000000000,4000000000")
+    assert res.returncode != 0 and "chunks per shard" in res.stderr and "above the limit" in res.stderr, res.stderr
+    assert not walk_files(tmp_path / "dest4")
     res = shard_copy(zarrfs_bin, unsharded, tmp_path / "dest3", shape="1,1,1,1,1")
     assert res.returncode != 0 and "no array to pack" in res.stderr, res.stderr
 
