@@ -75,8 +75,9 @@ pub enum Command {
         json: bool,
     },
     /// Copy the unsharded view of SOURCE to DEST (a directory, s3://, gs:// or az://), byte
-    /// for byte what `cp -r` of a mount gives, without mounting; split over machines with
-    /// --part; a rerun skips what DEST already holds. Remote sources and destinations take
+    /// for byte what `cp -r` of a mount gives, without mounting (--unshard), or pack SOURCE
+    /// into shards (--shard); split over machines with --part; a rerun skips what DEST already
+    /// holds. Remote sources and destinations take
     /// their credentials and endpoint from the environment, as listed in `zarrfs mount --help`.
     Copy {
         /// What to copy: a directory, file://, s3://, gs://, az:// or http(s):// URL.
