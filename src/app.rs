@@ -38,6 +38,7 @@ pub fn run(cli: Cli) -> i32 {
             json,
             progress_every,
             shard,
+            max_probe_shards,
             ..
         } => crate::copy::run(&crate::copy::CopyArgs {
             source,
@@ -49,6 +50,7 @@ pub fn run(cli: Cli) -> i32 {
             progress_every: std::time::Duration::try_from_secs_f64(progress_every.clamp(0.1, 1e6))
                 .unwrap_or(std::time::Duration::from_secs(10)),
             shard: shard.map(|s| s.0),
+            max_probe_shards,
         }),
     };
     match result {

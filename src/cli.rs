@@ -111,6 +111,11 @@ pub enum Command {
         /// Print the summary as one JSON object on stdout.
         #[arg(long)]
         json: bool,
+        /// On a source that cannot be listed (a web server without WebDAV or index pages), the
+        /// most shards of an array whose indexes are read to find those stored; an array with
+        /// more is an error (as for `zarrfs mount`).
+        #[arg(long, value_name = "N")]
+        max_probe_shards: Option<u64>,
         /// Seconds between progress lines when stderr is not a terminal (on a terminal, a
         /// progress bar).
         #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]

@@ -51,12 +51,24 @@ pub struct CopyArgs {
     pub progress_every: Duration,
     /// `--shard SHAPE`: pack into shards of this shape (elements) instead of unsharding.
     pub shard: Option<Vec<u64>>,
+    /// `--max-probe-shards`, as the mount takes it.
+    pub max_probe_shards: Option<u64>,
 }
 
 /// The unsharded view of SOURCE, read exactly as a read-only mount of it with the default
 /// options would read it (its caches, prefetch window and TTL).
-fn source_view(source: &str) -> Result<View> {
-    let cli = crate::cli::Cli::try_parse_from(["zarrfs", "mount", source, "/", "--read-only"])?;
+fn source_view(source: &str, max_probe_shards: Option<u64>) -> Result<View> {
+    let mut argv = vec![
+        "zarrfs".to_string(),
+        "mount".into(),
+        source.into(),
+        "/".into(),
+        "--read-only".into(),
+    ];
+    if let Some(n) = max_probe_shards {
+        argv.extend(["--max-probe-shards".into(), n.to_string()]);
+    }
+    let cli = crate::cli::Cli::try_parse_from(argv)?;
     let crate::cli::Command::Mount(args) = cli.command else {
         bail!("{source}: not a source");
     };
@@ -73,9 +85,7 @@ pub fn run(args: &CopyArgs) -> Result<()> {
         Ok(totals) => totals,
         Err(e) => {
             // Stopped part way (too many failures): say what failed before why it stopped.
-            for (path, error) in tally.failures() {
-                eprintln!("zarrfs copy: failed: {path}: {error}");
-            }
+            print_failures(&tally);
             return Err(e);
         }
     };
@@ -86,9 +96,7 @@ pub fn run(args: &CopyArgs) -> Result<()> {
         println!("{}", tally.json(head, &totals, elapsed));
     } else {
         println!("{}", summary(args, &tally, elapsed));
-        for (path, error) in tally.failures() {
-            eprintln!("zarrfs copy: failed: {path}: {error}");
-        }
+        print_failures(&tally);
     }
     if failed > 0 {
         bail!(
@@ -99,8 +107,14 @@ pub fn run(args: &CopyArgs) -> Result<()> {
     Ok(())
 }
 
+fn print_failures(tally: &Tally) {
+    for (path, error) in tally.failures() {
+        eprintln!("zarrfs copy: failed: {path}: {error}");
+    }
+}
+
 async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
-    let view = source_view(&args.source)?;
+    let view = source_view(&args.source, args.max_probe_shards)?;
     dest::refuse_inside(&args.source, &args.dest)?;
     let (dest, empty) = Dest::open(&args.dest).await?;
     let planning = async {

@@ -7,7 +7,7 @@
 //! destination shard: its chunk files, read `PACK_READS` at a time and packed in C order with
 //! the index at the end, so its size and index are known from the chunk sizes alone before any
 //! byte is read — which lets a rerun skip a shard DEST holds already (same size, same index)
-//! without reading its chunks. At most `PACKING_BYTES` of chunk bytes are held at once.
+//! without reading its chunks. At most `PACKING_MIB` of chunk bytes are held at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -75,8 +75,9 @@ impl PackUnit {
         let content = ShardContent {
             chunks: chunks.into_iter().map(|(i, b)| (i, Packed::Bytes(b))).collect(),
         };
-        let level = (*self.level).clone();
-        Ok(pack(&content, std::slice::from_ref(&level))?.unwrap_or_default().into())
+        Ok(pack(&content, std::slice::from_ref(&*self.level))?
+            .unwrap_or_default()
+            .into())
     }
 }
 
@@ -106,34 +107,35 @@ pub async fn plan(view: &View, walked: Plan, shape: &[u64], dest: Option<&Dest>,
             _ => None,
         })
         .collect();
-    let docs: Vec<(usize, Bytes)> = futures::stream::iter(files.iter().enumerate().filter(|(_, (p, _))| is_doc(p)))
-        .map(|(i, (path, node))| async move {
-            let bytes = view
-                .read(node, 0, node.size)
-                .await
-                .with_context(|| format!("cannot read {path}"))?;
-            anyhow::Ok((i, bytes))
-        })
-        .buffered(jobs.max(1))
-        .try_collect()
-        .await?;
-    let docs: Vec<(usize, serde_json::Value)> = docs
-        .into_iter()
-        .filter_map(|(i, bytes)| Some((i, serde_json::from_slice(&bytes).ok()?)))
-        .collect();
+    // Every document, with what DEST holds at its path (when DEST holds anything), read
+    // together.
+    let docs: Vec<(usize, serde_json::Value, Option<Bytes>)> =
+        futures::stream::iter(files.iter().enumerate().filter(|(_, (p, _))| is_doc(p)))
+            .map(|(i, (path, node))| async move {
+                let (bytes, held) = futures::join!(view.read(node, 0, node.size), async {
+                    match dest {
+                        Some(dest) => dest.read(path).await,
+                        None => Ok(None),
+                    }
+                });
+                let bytes = bytes.with_context(|| format!("cannot read {path}"))?;
+                anyhow::Ok((i, bytes, held?))
+            })
+            .buffered(jobs.max(1))
+            .try_filter_map(|(i, bytes, held)| async move {
+                Ok(serde_json::from_slice(&bytes).ok().map(|doc| (i, doc, held)))
+            })
+            .try_collect()
+            .await?;
     // Arrays first: each packed as DEST holds it sharded already, else in shards of SHAPE.
     let mut packed: HashMap<String, serde_json::Value> = HashMap::new();
     let mut rewritten: HashMap<usize, Bytes> = HashMap::new();
     let mut targets: HashMap<String, Target> = HashMap::new();
-    for (i, doc) in &docs {
+    for (i, doc, held) in &docs {
         let path = &files[*i].0;
         if packable(doc).is_none() {
             continue;
         }
-        let held = match dest {
-            Some(dest) => dest.read(path).await?,
-            None => None,
-        };
         let like_dest = match held.as_deref().and_then(|b| serde_json::from_slice(b).ok()) {
             Some(there) => sharded_like(doc, &there)
                 .map_err(|why| anyhow::anyhow!("{path}: the destination holds this array, but {why}"))?,
@@ -150,7 +152,7 @@ pub async fn plan(view: &View, walked: Plan, shape: &[u64], dest: Option<&Dest>,
         packed.insert(dir.to_string(), doc);
     }
     // Then groups: their consolidated entries of packed arrays packed alike.
-    for (i, doc) in &docs {
+    for (i, doc, _) in &docs {
         let path = &files[*i].0;
         if rewritten.contains_key(i) {
             continue;

@@ -129,7 +129,7 @@ pub async fn walk(view: &View, whole: bool) -> Result<Plan> {
         let listings: Vec<CopyListing> = futures::stream::iter(level)
             .map(|dir| async move {
                 let shown = if dir.is_empty() { "the root" } else { &dir };
-                list(view, &dir, whole)
+                view.list_for_copy(&dir, whole)
                     .await
                     .with_context(|| format!("cannot list {shown}"))
             })
@@ -149,22 +149,6 @@ pub async fn walk(view: &View, whole: bool) -> Result<Plan> {
         bail!("nothing to copy: the source shows no file or directory");
     }
     Ok(plan)
-}
-
-async fn list(view: &View, dir: &str, whole: bool) -> Result<CopyListing> {
-    if !whole {
-        return Ok(view.list_for_copy(dir).await?);
-    }
-    let mut listing = CopyListing::default();
-    for (name, node) in view.list(dir).await? {
-        let path = format!("{}{name}", crate::store::key::dir_prefix(dir));
-        if node.is_dir() {
-            listing.dirs.push(path);
-        } else {
-            listing.files.push((path, node));
-        }
-    }
-    Ok(listing)
 }
 
 /// The indexes of the units that make part `part`, in name order, metadata last (so that a

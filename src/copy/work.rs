@@ -56,13 +56,42 @@ enum Content {
     Pack(Arc<PackUnit>),
 }
 
+/// What DEST's file will be, as far as is known before making it.
+struct Expected {
+    size: u64,
+    /// A packed shard's index: its offset and bytes.
+    index: Option<(u64, Vec<u8>)>,
+}
+
 impl Content {
-    fn size(&self) -> Result<u64> {
+    fn expected(&self) -> Result<Expected> {
         Ok(match self {
+            Content::Node(node) => Expected {
+                size: node.size,
+                index: None,
+            },
+            Content::Bytes(bytes) => Expected {
+                size: bytes.len() as u64,
+                index: None,
+            },
+            Content::Pack(pack) => {
+                let (index, size) = pack.layout()?;
+                let at = pack.level.index_offset(size)?;
+                Expected {
+                    size,
+                    index: Some((at, index.encode(pack.level.index_codec))),
+                }
+            }
+        })
+    }
+
+    /// Stored bytes of the source it stands for, for progress.
+    fn source_bytes(&self) -> u64 {
+        match self {
             Content::Node(node) => node.size,
             Content::Bytes(bytes) => bytes.len() as u64,
-            Content::Pack(pack) => pack.layout()?.1,
-        })
+            Content::Pack(pack) => pack.chunk_bytes(),
+        }
     }
 }
 
@@ -112,11 +141,7 @@ impl Work<'_> {
                 if let Err(e) = self.copy_file(&path, &content).await {
                     self.tally.failed(&path, &e);
                 }
-                let size = match &content {
-                    Content::Node(node) => node.size,
-                    Content::Bytes(bytes) => bytes.len() as u64,
-                    Content::Pack(pack) => pack.chunk_bytes(),
-                };
+                let size = content.source_bytes();
                 state.file_bytes.fetch_add(size, Relaxed);
                 self.tally.progress_bytes.fetch_add(size, Relaxed);
                 if state.remaining.fetch_sub(1, Relaxed) == 1 {
@@ -170,47 +195,45 @@ impl Work<'_> {
         }
     }
 
-    /// Whether DEST holds what `content` makes, as far as can be told without making it: the
-    /// same size, and for a packed shard the same index.
-    async fn held(&self, path: &str, content: &Content) -> Result<bool> {
-        let size = content.size()?;
+    /// Whether DEST holds what is expected, as far as can be told without making it: the same
+    /// size, and for a packed shard the same index.
+    async fn held(&self, path: &str, expected: &Expected) -> Result<bool> {
         let held = self
             .dest
             .size_of(path)
             .await
             .with_context(|| format!("cannot look up {path} in the destination"))?;
-        if held != Some(size) {
+        if held != Some(expected.size) {
             return Ok(false);
         }
-        let Content::Pack(pack) = content else {
+        let Some((at, want)) = &expected.index else {
             return Ok(true);
         };
-        let (index, _) = pack.layout()?;
-        let want = index.encode(pack.level.index_codec);
-        let at = pack.level.index_offset(size)?;
         let got = self
             .dest
-            .read_range(path, at, want.len() as u64)
+            .read_range(path, *at, want.len() as u64)
             .await
             .with_context(|| format!("cannot read the index of {path} in the destination"))?;
         Ok(got.as_deref() == Some(&want[..]))
     }
 
     async fn copy_file(&self, path: &str, content: &Content) -> Result<()> {
-        let size = content.size()?;
         let mut source = None;
-        if self.check_dest && self.held(path, content).await? {
-            if !self.verify {
-                self.skipped(size);
-                return Ok(());
+        if self.check_dest {
+            let expected = content.expected()?;
+            if self.held(path, &expected).await? {
+                if !self.verify {
+                    self.skipped(expected.size);
+                    return Ok(());
+                }
+                let bytes = self.read_source(path, content).await?;
+                if self.read_back(path).await?.as_ref() == Some(&bytes) {
+                    self.tally.files_verified.fetch_add(1, Relaxed);
+                    self.skipped(expected.size);
+                    return Ok(());
+                }
+                source = Some(bytes);
             }
-            let bytes = self.read_source(path, content).await?;
-            if self.read_back(path).await?.as_ref() == Some(&bytes) {
-                self.tally.files_verified.fetch_add(1, Relaxed);
-                self.skipped(size);
-                return Ok(());
-            }
-            source = Some(bytes);
         }
         let bytes = match source {
             Some(bytes) => bytes,
@@ -249,10 +272,8 @@ impl Work<'_> {
 pub async fn metadata_conflicts(view: &View, dest: &Dest, units: &[Unit], jobs: usize) -> Result<Vec<String>> {
     let checks = futures::stream::iter(units.iter().filter(|u| u.is_metadata()))
         .map(|unit| async move {
-            let path = match unit {
-                Unit::File { path, .. } | Unit::Doc { path, .. } => path,
-                _ => return Ok(None),
-            };
+            // Metadata units are files: their name is their path.
+            let path = unit.name();
             let Some(held) = dest
                 .read(path)
                 .await
@@ -266,9 +287,9 @@ pub async fn metadata_conflicts(view: &View, dest: &Dest, units: &[Unit], jobs: 
                     .await
                     .with_context(|| format!("cannot read {path}"))?,
                 Unit::Doc { bytes, .. } => bytes.clone(),
-                _ => return Ok(None),
+                Unit::Shard(_) | Unit::Pack(_) => return Ok(None),
             };
-            anyhow::Ok((held != ours).then(|| path.clone()))
+            anyhow::Ok((held != ours).then(|| path.to_string()))
         })
         .buffer_unordered(jobs.max(1))
         .collect::<Vec<_>>()

@@ -241,7 +241,8 @@ impl ShardedArray {
     async fn list_flat(&self) -> Result<Vec<DirEntry>, ShardError> {
         let mut out = Vec::new();
         let shards = if self.store.capabilities().listable {
-            self.shards_in(&self.store.list_dir(&self.prefix).await?)
+            let entries = self.store.list_dir(&self.prefix).await?;
+            self.shards_in(&entries).into_iter().map(|(c, _)| c).collect()
         } else {
             self.probe_shards(&[]).await?
         };
@@ -254,12 +255,17 @@ impl ShardedArray {
         Ok(out)
     }
 
-    fn shards_in(&self, entries: &[DirEntry]) -> Vec<Vec<u64>> {
+    /// The shards among the entries of the array directory (`.` separators), with their sizes.
+    pub(super) fn shards_in(&self, entries: &[DirEntry]) -> Vec<(Vec<u64>, u64)> {
         entries
             .iter()
-            .filter(|e| matches!(e.kind, EntryKind::File { .. }))
-            .inspect(|e| self.listed_shard_size(&e.kind))
-            .filter_map(|e| self.encoding.decode(&e.name, self.ndim()))
+            .filter_map(|e| match e.kind {
+                EntryKind::File { size } => {
+                    self.listed_shard_size(&e.kind);
+                    Some((self.encoding.decode(&e.name, self.ndim())?, size))
+                }
+                EntryKind::Dir => None,
+            })
             .collect()
     }
 

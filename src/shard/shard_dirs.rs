@@ -58,14 +58,7 @@ impl ShardedArray {
             return Ok(meta.map(|m| (Vec::new(), m.size)).into_iter().collect());
         }
         if self.encoding.separator() != '/' {
-            let entries = self.store.list_dir(&self.prefix).await?;
-            let mut found: Vec<_> = entries
-                .iter()
-                .filter_map(|e| match e.kind {
-                    EntryKind::File { size } => Some((self.encoding.decode(&e.name, self.ndim())?, size)),
-                    EntryKind::Dir => None,
-                })
-                .collect();
+            let mut found = self.shards_in(&self.store.list_dir(&self.prefix).await?);
             found.sort_unstable();
             return Ok(found);
         }

@@ -51,6 +51,16 @@ pub fn dir_prefix(dir: &str) -> String {
     }
 }
 
+/// The keys of `cache` that start with `prefix`, to drop them (the `lru` crate has no
+/// `retain`): what the caches that forget everything under a prefix share.
+pub fn keys_under<V>(cache: &lru::LruCache<String, V>, prefix: &str) -> Vec<String> {
+    cache
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -95,13 +95,7 @@ impl MissingCache {
             state.missing.pop(&key[..=i]);
         }
         if key.is_empty() || key.ends_with('/') {
-            let below: Vec<String> = state
-                .missing
-                .iter()
-                .filter(|(name, _)| name.starts_with(key))
-                .map(|(name, _)| name.clone())
-                .collect();
-            for name in below {
+            for name in crate::store::key::keys_under(&state.missing, key) {
                 state.missing.pop(&name);
             }
         }

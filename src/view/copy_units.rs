@@ -38,8 +38,10 @@ pub struct CopyListing {
 
 impl View {
     /// Directory `dir` for a copy (see the module notes): the array directory of a sharded
-    /// array lists its other entries as usual and its chunk tree as shards.
-    pub async fn list_for_copy(&self, dir: &str) -> Result<CopyListing, ViewError> {
+    /// array lists its other entries as usual and its chunk tree as shards; with
+    /// `chunk_files`, every directory is listed as the view lists it, chunk trees included
+    /// (packing needs every chunk file).
+    pub async fn list_for_copy(&self, dir: &str, chunk_files: bool) -> Result<CopyListing, ViewError> {
         let placed = if self.remote {
             // The directory's listing is asked for while its node is found (one round trip,
             // not two): the listing caches keep it for the listing below.
@@ -50,7 +52,9 @@ impl View {
             self.place(dir).await
         };
         let (entries, array) = match placed? {
-            Place::Sharded(node) if node.dir == dir => (self.list_array_dir_stored(&node).await?, Some(node)),
+            Place::Sharded(node) if node.dir == dir && !chunk_files => {
+                (self.list_array_dir_stored(&node).await?, Some(node))
+            }
             _ => (self.list(dir).await?, None),
         };
         let mut out = CopyListing::default();

@@ -174,13 +174,7 @@ impl Versions {
         state.writes += 1;
         // Any key under the prefix: every read in flight is overtaken.
         state.written_before = state.writes;
-        let gone: Vec<String> = state
-            .records
-            .iter()
-            .filter(|(k, _)| k.starts_with(prefix))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in gone {
+        for key in crate::store::key::keys_under(&state.records, prefix) {
             state.records.pop(&key);
             state.dirty = true;
         }

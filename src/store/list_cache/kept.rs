@@ -73,13 +73,7 @@ impl<T> Listings<T> {
 
     /// Drop every listing of a prefix that starts with `prefix` (everything below it).
     pub(super) fn drop_below(&mut self, prefix: &str) {
-        let below: Vec<String> = self
-            .kept
-            .iter()
-            .filter(|(p, _)| p.starts_with(prefix))
-            .map(|(p, _)| p.clone())
-            .collect();
-        for p in below {
+        for p in crate::store::key::keys_under(&self.kept, prefix) {
             self.drop(&p);
         }
     }
