@@ -689,6 +689,20 @@ class Bench(Processes):
         native = self.row(None, size, "n", "cp -r copy", floor="cp",
                           z=lambda: self.measure(None, cp, self.view_and_done(dest, size), runs=self.floor_runs))
         self.native_cp[size] = native.get("z")
+        # cp copies a file between two places of one filesystem in the kernel (copy_file_range),
+        # but from any other filesystem (a FUSE mount among them) through a buffer of its own:
+        # read, then write. The same cp with copy_file_range refused is the floor of row k.
+        shim = self.no_copy_file_range()
+        if shim:
+            rw_dest = self.fresh(f"cp-native-rw-{size}")
+            rw_env = dict(os.environ, LD_PRELOAD=str(shim))
+
+            def cp_rw(_m):
+                self.sh(["cp", "-r", str(arr), str(rw_dest)], env=rw_env)
+
+            self.row(None, size, "n", "cp -r copy, read + write", floor="cp-rw",
+                     note="copy_file_range refused, as for a copy from another filesystem",
+                     z=lambda: self.measure(None, cp_rw, self.view_and_done(rw_dest, size), runs=self.floor_runs))
         rdest = self.fresh(f"rclone-native-{size}")
 
         def rclone_local(_m):
@@ -700,6 +714,23 @@ class Bench(Processes):
             self.row(None, size, "n", f"{kind} of the copy", floor=kind,
                      z=lambda kind=kind: self.measure(None, lambda _m: self.py_client(kind, size, str(arr.parent)),
                                                      runs=self.floor_runs))
+
+    def no_copy_file_range(self) -> Path | None:
+        """A preload library under which copy_file_range fails with EXDEV, as it does between two
+        filesystems, so that cp copies through its buffer (built with cc once; None without cc)."""
+        lib = self.work / "no_copy_file_range.so"
+        if lib.exists():
+            return lib
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if not cc:
+            say("no C compiler: no read + write floor row for row k")
+            return None
+        src = self.work / "no_copy_file_range.c"
+        src.write_text("#define _GNU_SOURCE\n#include <errno.h>\n#include <sys/types.h>\n"
+                       "ssize_t copy_file_range(int a, off_t *b, int c, off_t *d, size_t e, unsigned f)"
+                       " { (void)a; (void)b; (void)c; (void)d; (void)e; (void)f; errno = EXDEV; return -1; }\n")
+        self.sh([cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(src)])
+        return lib
 
     def run_latency(self, lat: float) -> None:
         say(f"round trip {lat:g} ms")
@@ -884,7 +915,7 @@ class Bench(Processes):
                                     (url, None, args), before=wait)
 
             self.row(lat, size, "k", f"cp -r view, remount --cache ({what})", ref_what="native cp -r (n)",
-                     ref=self.native_cp.get(size), floor="cp", z=fill)
+                     ref=self.native_cp.get(size), floor="cp-rw", z=fill)
 
     def cat_first(self, size: str):
         def op(m):
@@ -1139,7 +1170,8 @@ the URL (fsspec HTTP); e: tensorstore reading the sharded array over HTTP and wr
 copy, vs b; f: cat of c/0/0 right after the mount; g: a cold find / ls -lR / du -s of the root
 (3 arrays, 48 shards, 5,376 chunk files); h: the same over S3 (moto); k: cp -r of the array from
 a remount with the --cache of a mount that copied it once, within the metadata TTL (60 s) and after
-it (1 s: each shard confirmed by a HEAD), vs row n's native cp -r of the copy on local disk; x:
+it (1 s: each shard confirmed by a HEAD), vs row n's native cp -r of the copy on local disk (its
+"vs floor": vs row n's read + write cp, which is how cp copies from any other filesystem); x:
 `zarrfs copy URL DEST --unshard` of the dataset (no mount; the whole command, to local disk), vs a
 (aim >= 0.9x) and, in a second line when e ran, vs e's tensorstore unshard of the array (aim >= 3x);
 y: `zarrfs copy URL s3://... --unshard` of the dataset from HTTP to a fresh prefix of moto (both
@@ -1149,7 +1181,10 @@ back); its proxy columns are the S3 side's, its notes give the HTTP source's and
 n: no network, no FUSE: the clients of b, c and d alone on an unsharded copy of the view on local
 disk (made once per chunk size before the latency rows: cp -r of the view's dataset from a fresh
 mount at 0 ms, checked, its time shown for information); page cache dropped, the fastest of
-FLOOR_RUNS runs kept: cp -r of the array, rclone copy of it (local, 16 transfers, as c),
+FLOOR_RUNS runs kept: cp -r of the array, the same cp with copy_file_range refused (an LD_PRELOAD
+library built with cc: cp then reads and writes through its buffer, as it does from any other
+filesystem, a FUSE mount included, where one filesystem lets it copy in the kernel), rclone copy of
+it (local, 16 transfers, as c),
 zarr.open_group(copy)["data"][...] and xr.open_zarr(copy).load() (a fresh process each, values
 checked). That is the client's own cost per file (open, read, write: 4096 files at 8 KiB, 256 at
 128 KiB), independent of zarrfs: a floor for rows b, c and d, which nothing serving one file per
