@@ -30,6 +30,13 @@ pub fn run(cli: Cli) -> i32 {
         Command::Stats { mountpoint, json } => crate::mount_stats::print(&mountpoint, json),
         Command::Inspect { source, json } => inspect(&source, json),
         Command::Copy {
+            shard_size: Some(_),
+            shard,
+            ..
+        } if shard != Some(crate::cli::ShardShape::Auto) => Err(anyhow::anyhow!(
+            "--shard-size goes with --shard auto (with --shard SHAPE, SHAPE sets the shards' size)"
+        )),
+        Command::Copy {
             source,
             dest,
             jobs,
@@ -38,6 +45,7 @@ pub fn run(cli: Cli) -> i32 {
             json,
             progress_every,
             shard,
+            shard_size,
             max_probe_shards,
             ..
         } => crate::copy::run(&crate::copy::CopyArgs {
@@ -49,7 +57,12 @@ pub fn run(cli: Cli) -> i32 {
             json,
             progress_every: std::time::Duration::try_from_secs_f64(progress_every.clamp(0.1, 1e6))
                 .unwrap_or(std::time::Duration::from_secs(10)),
-            shard: shard.map(|s| s.0),
+            shard: shard.map(|s| match s {
+                crate::cli::ShardShape::Given(shape) => crate::copy::Shaping::Shape(shape),
+                crate::cli::ShardShape::Auto => crate::copy::Shaping::Auto {
+                    bytes: shard_size.unwrap_or(crate::copy::DEFAULT_SHARD_BYTES),
+                },
+            }),
             max_probe_shards,
         }),
     };

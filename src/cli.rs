@@ -93,9 +93,16 @@ pub enum Command {
         /// every v3 array without sharding that has as many dimensions is stored sharded
         /// (inner chunks as they are, index at the end with a CRC-32C), the rest as it is. An
         /// array DEST already holds sharded is packed as it is there (with no SHAPE, only
-        /// those are packed).
-        #[arg(long, value_name = "SHAPE", value_parser = parse_shape, num_args = 0..=1, default_missing_value = "")]
+        /// those are packed). `auto`: each array of any dimensions in a shape of its own, as
+        /// many chunks as fit in --shard-size.
+        #[arg(long, value_name = "SHAPE|auto", value_parser = parse_shape, num_args = 0..=1, default_missing_value = "")]
         shard: Option<ShardShape>,
+        /// With --shard auto: the stored bytes a shard holds at most (from the mean size of the
+        /// array's chunks as stored), the same number of chunks along every dimension that has
+        /// enough. An array whose shard would hold a single chunk is copied as it is. [default:
+        /// 64M]
+        #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+        shard_size: Option<u64>,
         /// Files copied at once.
         #[arg(long, value_name = "N", default_value_t = crate::copy::DEFAULT_JOBS)]
         jobs: usize,
@@ -390,18 +397,32 @@ mod tests {
     }
 }
 
-/// A shard shape in elements (`--shard`).
+/// What `--shard` packs into.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardShape(pub Vec<u64>);
+pub enum ShardShape {
+    /// Shards of this shape in elements (empty: only the shapes DEST holds).
+    Given(Vec<u64>),
+    /// A shape for each array (`--shard auto`).
+    Auto,
+}
 
-/// `--shard SHAPE`: positive integers separated by commas; none (`--shard` alone): the shapes
-/// DEST holds.
+/// `--shard SHAPE`: positive integers separated by commas; `auto`; none (`--shard` alone): the
+/// shapes DEST holds.
 fn parse_shape(s: &str) -> Result<ShardShape, String> {
     if s.is_empty() {
-        return Ok(ShardShape(Vec::new()));
+        return Ok(ShardShape::Given(Vec::new()));
+    }
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(ShardShape::Auto);
     }
     let shape: Option<Vec<u64>> = s.split(',').map(|d| d.trim().parse().ok().filter(|&d| d > 0)).collect();
-    shape.filter(|shape| !shape.is_empty()).map(ShardShape).ok_or_else(|| {
-        format!("{s:?}: expected a shard shape in elements, positive integers separated by commas (e.g. 1024,1024)")
-    })
+    shape
+        .filter(|shape| !shape.is_empty())
+        .map(ShardShape::Given)
+        .ok_or_else(|| {
+            format!(
+                "{s:?}: expected a shard shape in elements, positive integers separated by commas (e.g. 1024,1024), \
+             or auto"
+            )
+        })
 }

@@ -14,8 +14,8 @@
 //!   `--jobs` files at a time, files already in DEST skipped; [`progress`] shows how far it
 //!   got and sums up. Metadata is written last.
 //!
-//! With `--shard SHAPE` the same steps pack instead: the walk takes every chunk file, and a
-//! unit is a destination shard ([`pack`]).
+//! With `--shard SHAPE` (or `--shard auto`) the same steps pack instead: the walk takes every
+//! chunk file, and a unit is a destination shard ([`pack`]).
 
 mod dest;
 mod pack;
@@ -32,6 +32,7 @@ use clap::Parser;
 
 use crate::view::View;
 use dest::Dest;
+pub use pack::{Shaping, DEFAULT_SHARD_BYTES};
 pub use plan::Part;
 use plan::Unit;
 use progress::{Progress, Tally, Totals};
@@ -49,8 +50,8 @@ pub struct CopyArgs {
     pub verify: bool,
     pub json: bool,
     pub progress_every: Duration,
-    /// `--shard SHAPE`: pack into shards of this shape (elements) instead of unsharding.
-    pub shard: Option<Vec<u64>>,
+    /// `--shard SHAPE` or `--shard auto`: pack into shards instead of unsharding.
+    pub shard: Option<pack::Shaping>,
     /// `--max-probe-shards`, as the mount takes it.
     pub max_probe_shards: Option<u64>,
 }
@@ -120,7 +121,7 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
     let planning = async {
         let walked = plan::walk(&view, args.shard.is_some()).await?;
         match &args.shard {
-            Some(shape) => pack::plan(&view, walked, shape, (!empty).then_some(&dest), args.jobs).await,
+            Some(shaping) => pack::plan(&view, walked, shaping, (!empty).then_some(&dest), args.jobs).await,
             None => Ok(walked),
         }
     };

@@ -2,7 +2,9 @@
 //! packed into shards of SHAPE elements, with the mount's packer (`zarr::shard_pack`).
 //!
 //! Planning reads every `zarr.json` the walk found: an array that `zarr::reshard::packs` takes
-//! gets its sharded document, a group its consolidated entries changed alike; then every file
+//! (with `--shard auto`: each array in the shape `zarr::shard_shape` chooses for it, from the
+//! mean size of its chunk files) gets its sharded document, a group its consolidated entries
+//! changed alike; then every file
 //! below such an array whose name is a chunk key goes to the shard that holds it. A unit is one
 //! destination shard: its chunk files, read `PACK_READS` at a time and packed in C order with
 //! the index at the end, so its size and index are known from the chunk sizes alone before any
@@ -26,6 +28,7 @@ use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
 use crate::zarr::reshard::{packable, packed_group, packs, sharded_doc, sharded_like};
 use crate::zarr::shard_index::ShardIndex;
 use crate::zarr::shard_pack::{pack, packed_layout, Packed, ShardContent};
+use crate::zarr::shard_shape::auto_shard_shape;
 use crate::zarr::sharding::{analyse, ShardLevel, Sharding};
 use crate::zarr::translate::to_stored_bytes;
 
@@ -86,6 +89,21 @@ pub fn budget() -> Semaphore {
     Semaphore::new(PACKING_MIB as usize)
 }
 
+/// `--shard auto`'s stored bytes a shard, unless `--shard-size` says otherwise: large enough
+/// that an array of millions of small chunks becomes thousands of objects, small enough that a
+/// mount's commit (which rewrites a whole shard) stays quick.
+pub const DEFAULT_SHARD_BYTES: u64 = 64 << 20;
+
+/// The shards `--shard` packs arrays into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shaping {
+    /// Shards of this shape (in elements) for every array of as many dimensions (none: only
+    /// the arrays DEST holds sharded).
+    Shape(Vec<u64>),
+    /// A shape for each array: as many chunks as fit in this many stored bytes.
+    Auto { bytes: u64 },
+}
+
 /// An array being packed.
 struct Target {
     encoding: ChunkKeyEncoding,
@@ -96,9 +114,9 @@ struct Target {
 
 /// Turn a whole walk (every file a unit) into the plan of a `--shard` copy (see the module
 /// notes). An array DEST (`dest`: when it holds anything) already holds sharded is packed as
-/// it is there; any other in shards of `shape` (empty: not at all). The directories of packed
-/// arrays' chunk trees are left out, as DEST's shards make their own.
-pub async fn plan(view: &View, walked: Plan, shape: &[u64], dest: Option<&Dest>, jobs: usize) -> Result<Plan> {
+/// it is there; any other as `shaping` says. The directories of packed arrays' chunk trees are
+/// left out, as DEST's shards make their own.
+pub async fn plan(view: &View, walked: Plan, shaping: &Shaping, dest: Option<&Dest>, jobs: usize) -> Result<Plan> {
     let files: Vec<(String, Node)> = walked
         .units
         .into_iter()
@@ -127,7 +145,11 @@ pub async fn plan(view: &View, walked: Plan, shape: &[u64], dest: Option<&Dest>,
             })
             .try_collect()
             .await?;
-    // Arrays first: each packed as DEST holds it sharded already, else in shards of SHAPE.
+    let means = match shaping {
+        Shaping::Auto { .. } => mean_chunk_sizes(&files, &docs),
+        Shaping::Shape(_) => HashMap::new(),
+    };
+    // Arrays first: each packed as DEST holds it sharded already, else as `shaping` says.
     let mut packed: HashMap<String, serde_json::Value> = HashMap::new();
     let mut rewritten: HashMap<usize, Bytes> = HashMap::new();
     let mut targets: HashMap<String, Target> = HashMap::new();
@@ -141,12 +163,18 @@ pub async fn plan(view: &View, walked: Plan, shape: &[u64], dest: Option<&Dest>,
                 .map_err(|why| anyhow::anyhow!("{path}: the destination holds this array, but {why}"))?,
             None => None,
         };
-        let doc = match like_dest {
-            Some(doc) => doc,
-            None if packs(doc, shape).map_err(|why| anyhow::anyhow!("{path}: {why}"))? => sharded_doc(doc, shape),
-            None => continue,
-        };
         let dir = path.strip_suffix("zarr.json").unwrap_or("").trim_end_matches('/');
+        let shape = match shaping {
+            Shaping::Shape(shape) => Some(shape.clone()),
+            Shaping::Auto { bytes } => auto_shard_shape(doc, means.get(dir).copied(), *bytes),
+        };
+        let doc = match (like_dest, shape) {
+            (Some(doc), _) => doc,
+            (None, Some(shape)) if packs(doc, &shape).map_err(|why| anyhow::anyhow!("{path}: {why}"))? => {
+                sharded_doc(doc, &shape)
+            }
+            _ => continue,
+        };
         targets.insert(dir.to_string(), target(path, &doc)?);
         rewritten.insert(*i, to_stored_bytes(&doc).into());
         packed.insert(dir.to_string(), doc);
@@ -170,15 +198,21 @@ pub async fn plan(view: &View, walked: Plan, shape: &[u64], dest: Option<&Dest>,
         }
     }
     if targets.is_empty() {
-        bail!(
-            "no array to pack: no v3 array without sharding has {} dimensions{}",
-            shape.len(),
-            if dest.is_some() {
-                " or is held sharded by the destination"
-            } else {
-                ""
-            }
-        );
+        let held = if dest.is_some() {
+            " or is held sharded by the destination"
+        } else {
+            ""
+        };
+        match shaping {
+            Shaping::Shape(shape) => bail!(
+                "no array to pack: no v3 array without sharding has {} dimensions{held}",
+                shape.len()
+            ),
+            Shaping::Auto { bytes } => bail!(
+                "no array to pack: no v3 array without sharding has two chunks or more that fit in \
+                 a shard of {bytes} bytes{held}"
+            ),
+        }
     }
     let mut shards: BTreeMap<String, Vec<(u64, String, Node)>> = BTreeMap::new();
     let mut levels: HashMap<String, Arc<ShardLevel>> = HashMap::new();
@@ -212,6 +246,36 @@ pub async fn plan(view: &View, walked: Plan, shape: &[u64], dest: Option<&Dest>,
     };
     let dirs = walked.dirs.into_iter().filter(|d| !inside(d)).collect();
     Ok(Plan { units, dirs })
+}
+
+/// The mean size of the chunk files of each array that could be packed (by its directory):
+/// every file below an array's directory other than a document.
+fn mean_chunk_sizes(
+    files: &[(String, Node)],
+    docs: &[(usize, serde_json::Value, Option<Bytes>)],
+) -> HashMap<String, u64> {
+    let arrays: std::collections::HashSet<&str> = docs
+        .iter()
+        .filter(|(_, doc, _)| packable(doc).is_some())
+        .map(|(i, _, _)| {
+            files[*i]
+                .0
+                .strip_suffix("zarr.json")
+                .unwrap_or("")
+                .trim_end_matches('/')
+        })
+        .collect();
+    let mut sums: HashMap<String, (u64, u64)> = HashMap::new();
+    for (path, node) in files.iter().filter(|(p, _)| !is_doc(p)) {
+        let dirs = path.match_indices('/').map(|(i, _)| &path[..i]).rev().chain([""]);
+        if let Some(dir) = dirs.into_iter().find(|d| arrays.contains(d)) {
+            let sum = sums.entry(dir.to_string()).or_default();
+            *sum = (sum.0 + 1, sum.1 + node.size);
+        }
+    }
+    sums.into_iter()
+        .map(|(dir, (n, bytes))| (dir, bytes / n.max(1)))
+        .collect()
 }
 
 fn is_doc(path: &str) -> bool {

@@ -24,6 +24,7 @@ pub mod reshard;
 pub mod rewrite;
 pub mod shard_index;
 pub mod shard_pack;
+pub mod shard_shape;
 pub mod sharding;
 pub mod transcode;
 pub mod translate;

@@ -39,3 +39,35 @@ def copy_json(zarrfs_bin, source, dest, *extra, env: dict | None = None) -> tupl
     except json.JSONDecodeError:
         summary = {}
     return res, summary
+
+
+def shard_copy(zarrfs_bin, source, dest, *extra, shape="20,40", env=None):
+    """`zarrfs copy --shard SHAPE` (the default shape fits every 2-d chunk shape of the zarr-python
+    group of the fixture; copy() passes --unshard, so the argv is built here)."""
+    return subprocess.run([str(zarrfs_bin), "copy", str(source), str(dest), "--shard", shape, *extra],
+                          capture_output=True, text=True, timeout=300,
+                          env={**Mount.daemon_env(), **(env or {})})
+
+
+def as_values(files: dict[str, bytes]) -> dict:
+    """Files with metadata documents as JSON values: a packed document, unpacked again, is
+    written pretty-printed whatever the spelling of the source's (tensorstore writes compact
+    JSON)."""
+    return {rel: json.loads(b) if rel.endswith("zarr.json") else b for rel, b in files.items()}
+
+
+def same_values(a_root: Path, b_root) -> dict[str, tuple]:
+    """zarr-python reads the same values, attributes and fill values from both groups' arrays;
+    each array's shards in B."""
+    import numpy as np
+    import zarr
+
+    a, b = zarr.open_group(str(a_root), mode="r"), zarr.open_group(str(b_root), mode="r")
+    out = {}
+    for name, arr in a.arrays():
+        other = b[name]
+        assert np.array_equal(arr[...], other[...], equal_nan=arr.dtype.kind in "fc"), name
+        assert other.attrs.asdict() == arr.attrs.asdict(), name
+        assert np.array_equal(other.fill_value, arr.fill_value, equal_nan=arr.dtype.kind in "fc"), name
+        out[name] = other.shards
+    return out

@@ -14,50 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import seed_remote as SR
-from copying import contents, copy, copy_json, mount_copy
+from copying import as_values, contents, copy, copy_json, mount_copy, same_values, shard_copy
 from helpers import walk_files
 from remote import download_tree, remote  # noqa: F401 - fixture
 
 zarr = pytest.importorskip("zarr")
 xr = pytest.importorskip("xarray")
 
-SHAPE = "20,40"  # a multiple of every 2-d chunk shape of the zarr-python group of the fixture
-
-
-def shard_copy(zarrfs_bin, source, dest, *extra, shape=SHAPE, env=None):
-    """`zarrfs copy --shard` (copy() passes --unshard, so the argv is built here)."""
-    import subprocess
-
-    from conftest import Mount
-    return subprocess.run([str(zarrfs_bin), "copy", str(source), str(dest), "--shard", shape, *extra],
-                          capture_output=True, text=True, timeout=300,
-                          env={**Mount.daemon_env(), **(env or {})})
-
-
 @pytest.fixture
 def unsharded(mounter, tree, tmp_path) -> Path:
     """The unsharded view of the zarr-python group, on local disk: what users have to pack."""
     mount_copy(mounter, tree.root / "zp", tmp_path / "unsharded")
     return tmp_path / "unsharded"
-
-
-def as_values(files: dict[str, bytes]) -> dict:
-    """Files with metadata documents as JSON values: a packed document, unpacked again, is
-    written pretty-printed whatever the spelling of the source's (tensorstore writes compact
-    JSON)."""
-    return {rel: json.loads(b) if rel.endswith("zarr.json") else b for rel, b in files.items()}
-
-
-def same_values(a_root: Path, b_root) -> dict[str, tuple]:
-    a, b = zarr.open_group(str(a_root), mode="r"), zarr.open_group(str(b_root), mode="r")
-    out = {}
-    for name, arr in a.arrays():
-        other = b[name]
-        assert np.array_equal(arr[...], other[...], equal_nan=arr.dtype.kind in "fc"), name
-        assert other.attrs.asdict() == arr.attrs.asdict(), name
-        assert np.array_equal(other.fill_value, arr.fill_value, equal_nan=arr.dtype.kind in "fc"), name
-        out[name] = other.shards
-    return out
 
 
 # Per group of the fixture, shard shapes that together pack every array of 1 to 4 dimensions
