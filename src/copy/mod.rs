@@ -56,6 +56,19 @@ pub struct CopyArgs {
     pub max_probe_shards: Option<u64>,
 }
 
+/// Run `task` on the runtime as a task of its own. The copy's futures are driven from one
+/// thread (`block_on`), where a local source's file I/O runs inline (see `store::local`), so
+/// reads and listings awaited there would go one after another. As tasks, each runs on a
+/// worker whose blocking I/O hands the worker's other tasks on (`block_in_place`), and they run
+/// side by side, as a remote source's requests, which do not block, do anyway.
+pub(crate) async fn on_task<T: Send + 'static>(
+    task: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(task)
+        .await
+        .map_err(|e| anyhow::anyhow!("a copy task ended: {e}"))?
+}
+
 /// The unsharded view of SOURCE, read exactly as a read-only mount of it with the default
 /// options would read it (its caches, prefetch window and TTL).
 fn source_view(source: &str, max_probe_shards: Option<u64>) -> Result<View> {
@@ -115,7 +128,7 @@ fn print_failures(tally: &Tally) {
 }
 
 async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
-    let view = source_view(&args.source, args.max_probe_shards)?;
+    let view = Arc::new(source_view(&args.source, args.max_probe_shards)?);
     dest::refuse_inside(&args.source, &args.dest)?;
     let (dest, empty) = Dest::open(&args.dest).await?;
     let planning = async {

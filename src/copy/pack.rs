@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 
 use super::dest::Dest;
 use super::plan::{Plan, Unit};
+use super::work::read_whole;
 use crate::store::key::dir_prefix;
 use crate::view::{Node, View};
 use crate::zarr::key_encoding::ChunkKeyEncoding;
@@ -61,17 +62,11 @@ impl PackUnit {
     }
 
     /// The packed shard: its chunks read through the view and packed.
-    pub async fn packed(&self, view: &View, budget: &Semaphore) -> Result<Bytes> {
+    pub async fn packed(&self, view: &Arc<View>, budget: &Semaphore) -> Result<Bytes> {
         let mib = u32::try_from(self.chunk_bytes().div_ceil(1 << 20)).unwrap_or(u32::MAX);
         let _held = budget.acquire_many(mib.clamp(1, PACKING_MIB)).await?;
         let chunks: Vec<(u64, Bytes)> = futures::stream::iter(&self.chunks)
-            .map(|(index, path, node)| async move {
-                let bytes = view
-                    .read(node, 0, node.size)
-                    .await
-                    .with_context(|| format!("cannot read {path}"))?;
-                anyhow::Ok((*index, bytes))
-            })
+            .map(|(index, path, node)| async move { anyhow::Ok((*index, read_whole(view, node, path).await?)) })
             .buffered(PACK_READS)
             .try_collect()
             .await?;

@@ -121,17 +121,19 @@ const WALK_LISTINGS: usize = 16;
 /// (parents before children). With `whole`, chunk trees are walked too, file by file
 /// (`--shard` needs every chunk file); else a sharded array's chunk tree is taken as its
 /// stored shards.
-pub async fn walk(view: &View, whole: bool) -> Result<Plan> {
+pub async fn walk(view: &Arc<View>, whole: bool) -> Result<Plan> {
     use futures::{StreamExt, TryStreamExt};
     let mut plan = Plan::default();
     let mut level = vec![String::new()];
     while !level.is_empty() {
         let listings: Vec<CopyListing> = futures::stream::iter(level)
-            .map(|dir| async move {
-                let shown = if dir.is_empty() { "the root" } else { &dir };
-                view.list_for_copy(&dir, whole)
-                    .await
-                    .with_context(|| format!("cannot list {shown}"))
+            .map(|dir| {
+                let view = view.clone();
+                super::on_task(async move {
+                    let listing = view.list_for_copy(&dir, whole).await;
+                    let shown = if dir.is_empty() { "the root" } else { &dir };
+                    listing.with_context(|| format!("cannot list {shown}"))
+                })
             })
             .buffered(WALK_LISTINGS)
             .try_collect()

@@ -35,7 +35,7 @@ pub const MAX_FAILURES: u64 = 100;
 
 /// How the files of a part are copied.
 pub struct Work<'a> {
-    pub view: &'a View,
+    pub view: &'a Arc<View>,
     pub dest: &'a Dest,
     pub tally: &'a Tally,
     pub jobs: usize,
@@ -172,24 +172,23 @@ impl Work<'_> {
             Unit::File { path, node } => vec![(path.clone(), Content::Node(node.clone()))],
             Unit::Doc { path, bytes } => vec![(path.clone(), Content::Bytes(bytes.clone()))],
             Unit::Pack(pack) => vec![(pack.key.clone(), Content::Pack(pack.clone()))],
-            Unit::Shard(shard) => self
-                .view
-                .shard_files(shard)
-                .await
-                .with_context(|| format!("cannot read the index of {}", shard.key))?
+            Unit::Shard(shard) => {
+                let (view, shard) = (self.view.clone(), shard.clone());
+                super::on_task(async move {
+                    let files = view.shard_files(&shard).await;
+                    files.with_context(|| format!("cannot read the index of {}", shard.key))
+                })
+                .await?
                 .into_iter()
                 .map(|(path, node)| (path, Content::Node(node)))
-                .collect(),
+                .collect()
+            }
         })
     }
 
     async fn read_source(&self, path: &str, content: &Content) -> Result<Bytes> {
         match content {
-            Content::Node(node) => self
-                .view
-                .read(node, 0, node.size)
-                .await
-                .with_context(|| format!("cannot read {path}")),
+            Content::Node(node) => read_whole(self.view, node, path).await,
             Content::Bytes(bytes) => Ok(bytes.clone()),
             Content::Pack(pack) => pack.packed(self.view, &self.packing).await,
         }
@@ -266,6 +265,16 @@ impl Work<'_> {
             .await
             .with_context(|| format!("cannot read {path} back from the destination"))
     }
+}
+
+/// The whole of a file of the view, read as a task of its own (see [`super::on_task`]).
+pub(super) async fn read_whole(view: &Arc<View>, node: &Node, path: &str) -> Result<Bytes> {
+    let (view, node, path) = (view.clone(), node.clone(), path.to_string());
+    super::on_task(async move {
+        let bytes = view.read(&node, 0, node.size).await;
+        bytes.with_context(|| format!("cannot read {path}"))
+    })
+    .await
 }
 
 /// Metadata documents of the plan that DEST holds with other bytes, sorted.
