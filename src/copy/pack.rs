@@ -4,12 +4,12 @@
 //! Planning reads every `zarr.json` the walk found: an array that `zarr::reshard::packs` takes
 //! (with `--shard auto`: each array in the shape `zarr::shard_shape` chooses for it, from the
 //! mean size of its chunk files) gets its sharded document, a group its consolidated entries
-//! changed alike; then every file
-//! below such an array whose name is a chunk key goes to the shard that holds it. A unit is one
-//! destination shard: its chunk files, read `PACK_READS` at a time and packed in C order with
-//! the index at the end, so its size and index are known from the chunk sizes alone before any
-//! byte is read — which lets a rerun skip a shard DEST holds already (same size, same index)
-//! without reading its chunks. At most `PACKING_MIB` of chunk bytes are held at once.
+//! changed alike; then every file below such an array whose name is a chunk key goes to the
+//! shard that holds it. A unit is one destination shard: its chunk files, read `PACK_READS` at
+//! a time and packed in C order with the index at the end, so its size and index are known
+//! from the chunk sizes alone before any byte is read — which lets a rerun skip a shard DEST
+//! holds already (same size, same index) without reading its chunks. At most `PACKING_MIB` of
+//! chunk bytes are held at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
