@@ -121,6 +121,24 @@ pub fn run(args: &CopyArgs) -> Result<()> {
     Ok(())
 }
 
+/// Packed arrays most named before the copy starts (the JSON summary names them all).
+const PACKED_SHOWN: usize = 20;
+
+/// Say which arrays `--shard` packs, and in which shards (`--shard auto` chooses them).
+fn say_packed(packed: &std::collections::BTreeMap<String, Vec<u64>>) {
+    for (dir, shape) in packed.iter().take(PACKED_SHOWN) {
+        let shape: Vec<String> = shape.iter().map(u64::to_string).collect();
+        let dir = if dir.is_empty() { "/" } else { dir };
+        eprintln!("zarrfs copy: packing {dir} in shards of {}", shape.join(" x "));
+    }
+    if packed.len() > PACKED_SHOWN {
+        eprintln!(
+            "zarrfs copy: and {} more arrays (--json names them all)",
+            packed.len() - PACKED_SHOWN
+        );
+    }
+}
+
 fn print_failures(tally: &Tally) {
     for (path, error) in tally.failures() {
         eprintln!("zarrfs copy: failed: {path}: {error}");
@@ -173,8 +191,12 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
             .filter(|u| matches!(u, Unit::Shard(_) | Unit::Pack(_)))
             .count() as u64,
         bytes: mine.iter().map(Unit::size).sum(),
+        packed: plan.packed,
     };
-    let progress = Progress::start(tally.clone(), totals, args.progress_every);
+    if !args.json {
+        say_packed(&totals.packed);
+    }
+    let progress = Progress::start(tally.clone(), totals.clone(), args.progress_every);
     let work = work::Work {
         view: &view,
         dest: &dest,

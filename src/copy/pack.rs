@@ -240,7 +240,18 @@ pub async fn plan(view: &View, walked: Plan, shaping: &Shaping, dest: Option<&De
         })
     };
     let dirs = walked.dirs.into_iter().filter(|d| !inside(d)).collect();
-    Ok(Plan { units, dirs })
+    let packed = packed
+        .into_iter()
+        .map(|(dir, doc)| {
+            let shape = doc
+                .pointer("/chunk_grid/configuration/chunk_shape")
+                .and_then(serde_json::Value::as_array)
+                .map(|dims| dims.iter().filter_map(serde_json::Value::as_u64).collect())
+                .unwrap_or_default();
+            (dir, shape)
+        })
+        .collect();
+    Ok(Plan { units, dirs, packed })
 }
 
 /// The mean size of the chunk files of each array that could be packed (by its directory):

@@ -78,6 +78,8 @@ pub struct Plan {
     pub units: Vec<Unit>,
     /// Every directory of the view outside chunk trees, parents first.
     pub dirs: Vec<String>,
+    /// `--shard`: the arrays packed (by directory) and their shard shapes.
+    pub packed: std::collections::BTreeMap<String, Vec<u64>>,
 }
 
 /// `--part K/N`: K counts from 0, as Slurm array indexes and Kubernetes completion indexes do.

@@ -33,11 +33,13 @@ pub struct Tally {
 }
 
 /// What the part holds in all.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Totals {
     pub units: u64,
     pub shards: u64,
     pub bytes: u64,
+    /// `--shard`: the arrays packed and their shard shapes.
+    pub packed: std::collections::BTreeMap<String, Vec<u64>>,
 }
 
 impl Tally {
@@ -103,6 +105,13 @@ impl Tally {
             "files_failed": Self::get(&self.files_failed),
             "failures": failures,
         });
+        let body = match (body, totals.packed.is_empty()) {
+            (serde_json::Value::Object(mut body), false) => {
+                body.insert("packed".into(), serde_json::json!(totals.packed));
+                serde_json::Value::Object(body)
+            }
+            (body, _) => body,
+        };
         if let (Some(out), serde_json::Value::Object(body)) = (out.as_object_mut(), body) {
             out.extend(body);
         }

@@ -48,9 +48,12 @@ def test_each_array_is_packed_in_a_shape_of_its_own_and_unshards_back(zarrfs_bin
                                                                       group, budget):
     unsharded = tmp_path / "unsharded"
     mount_copy(mounter, tree.root / group, unsharded)
-    res = shard_copy(zarrfs_bin, unsharded, tmp_path / "packed", "--shard-size", budget, shape="auto")
+    res = shard_copy(zarrfs_bin, unsharded, tmp_path / "packed", "--shard-size", budget, "--json", shape="auto")
     assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
     shards = same_values(unsharded, tmp_path / "packed")
+    # The summary names every packed array with its shards: what zarr-python finds.
+    assert summary["packed"] == {name: list(s) for name, s in shards.items() if s}, summary["packed"]
     limit = int(budget[:-1]) << {"K": 10, "M": 20}[budget[-1]]
     packed = 0
     for name, arr in zarr.open_group(str(unsharded), mode="r").arrays():
@@ -68,6 +71,13 @@ def test_each_array_is_packed_in_a_shape_of_its_own_and_unshards_back(zarrfs_bin
     # Arrays of several dimension counts were packed: not one shape for all.
     assert packed >= 3, shards
     assert len({len(s) for s in shards.values() if s}) >= 2, shards
+    if budget == "1M":
+        # Without --json, the shards chosen are said before the copy starts.
+        res = shard_copy(zarrfs_bin, unsharded, tmp_path / "again", "--shard-size", budget, shape="auto")
+        assert res.returncode == 0, res.stderr
+        said = {line.split(" in shards of ")[0].removeprefix("zarrfs copy: packing "): line.split(" in shards of ")[1]
+                for line in res.stderr.splitlines() if " in shards of " in line}
+        assert said == {name: " x ".join(map(str, s)) for name, s in shards.items() if s}, res.stderr
     res = copy(zarrfs_bin, tmp_path / "packed", tmp_path / "back")
     assert res.returncode == 0, res.stderr
     assert as_values(contents(tmp_path / "back")) == as_values(contents(unsharded))
