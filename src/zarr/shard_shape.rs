@@ -62,7 +62,8 @@ pub fn auto_shard_shape(doc: &Value, mean_chunk_bytes: Option<u64>, budget: u64)
     if per.iter().all(|&k| k == 1) {
         return None;
     }
-    Some(chunk.iter().zip(&per).map(|(&c, &k)| c * k).collect())
+    // A shard of k chunks can pass the end of a dimension near the largest size: no shape then.
+    chunk.iter().zip(&per).map(|(&c, &k)| c.checked_mul(k)).collect()
 }
 
 /// Bytes of one element of a data type, decoded (8 for one this does not know).
@@ -137,5 +138,14 @@ mod tests {
         assert_eq!(auto_shard_shape(&doc(&[], &[], "uint8"), Some(1), 1 << 20), None);
         assert_eq!(auto_shard_shape(&doc(&[10], &[0], "uint8"), Some(1), 1 << 20), None);
         assert_eq!(auto_shard_shape(&json!({"shape": [10]}), Some(1), 1 << 20), None);
+        // Shapes near the largest number: no overflow, no panic.
+        assert_eq!(
+            auto_shard_shape(&doc(&[u64::MAX], &[1 << 62], "uint8"), Some(1), u64::MAX),
+            None
+        );
+        assert_eq!(
+            auto_shard_shape(&doc(&[u64::MAX, 2], &[u64::MAX, 1], "uint8"), Some(1), 16),
+            Some(vec![u64::MAX, 2])
+        );
     }
 }
