@@ -111,7 +111,7 @@ struct Target {
 /// notes). An array DEST (`dest`: when it holds anything) already holds sharded is packed as
 /// it is there; any other as `shaping` says. The directories of packed arrays' chunk trees are
 /// left out, as DEST's shards make their own.
-pub async fn plan(view: &View, walked: Plan, shaping: &Shaping, dest: Option<&Dest>, jobs: usize) -> Result<Plan> {
+pub async fn plan(view: &Arc<View>, walked: Plan, shaping: &Shaping, dest: Option<&Dest>, jobs: usize) -> Result<Plan> {
     let files: Vec<(String, Node)> = walked
         .units
         .into_iter()
@@ -125,14 +125,13 @@ pub async fn plan(view: &View, walked: Plan, shaping: &Shaping, dest: Option<&De
     let docs: Vec<(usize, serde_json::Value, Option<Bytes>)> =
         futures::stream::iter(files.iter().enumerate().filter(|(_, (p, _))| is_doc(p)))
             .map(|(i, (path, node))| async move {
-                let (bytes, held) = futures::join!(view.read(node, 0, node.size), async {
+                let (bytes, held) = futures::join!(read_whole(view, node, path), async {
                     match dest {
                         Some(dest) => dest.read(path).await,
                         None => Ok(None),
                     }
                 });
-                let bytes = bytes.with_context(|| format!("cannot read {path}"))?;
-                anyhow::Ok((i, bytes, held?))
+                anyhow::Ok((i, bytes?, held?))
             })
             .buffered(jobs.max(1))
             .try_filter_map(|(i, bytes, held)| async move {
@@ -158,7 +157,7 @@ pub async fn plan(view: &View, walked: Plan, shaping: &Shaping, dest: Option<&De
                 .map_err(|why| anyhow::anyhow!("{path}: the destination holds this array, but {why}"))?,
             None => None,
         };
-        let dir = path.strip_suffix("zarr.json").unwrap_or("").trim_end_matches('/');
+        let dir = doc_dir(path);
         let shape = match shaping {
             Shaping::Shape(shape) => Some(shape.clone()),
             Shaping::Auto { bytes } => auto_shard_shape(doc, means.get(dir).copied(), *bytes),
@@ -180,7 +179,7 @@ pub async fn plan(view: &View, walked: Plan, shaping: &Shaping, dest: Option<&De
         if rewritten.contains_key(i) {
             continue;
         }
-        let dir = path.strip_suffix("zarr.json").unwrap_or("").trim_end_matches('/');
+        let dir = doc_dir(path);
         let full = |rel: &str| {
             if dir.is_empty() {
                 rel.to_string()
@@ -263,18 +262,11 @@ fn mean_chunk_sizes(
     let arrays: std::collections::HashSet<&str> = docs
         .iter()
         .filter(|(_, doc, _)| packable(doc).is_some())
-        .map(|(i, _, _)| {
-            files[*i]
-                .0
-                .strip_suffix("zarr.json")
-                .unwrap_or("")
-                .trim_end_matches('/')
-        })
+        .map(|(i, _, _)| doc_dir(&files[*i].0))
         .collect();
     let mut sums: HashMap<String, (u64, u64)> = HashMap::new();
     for (path, node) in files.iter().filter(|(p, _)| !is_doc(p)) {
-        let dirs = path.match_indices('/').map(|(i, _)| &path[..i]).rev().chain([""]);
-        if let Some(dir) = dirs.into_iter().find(|d| arrays.contains(d)) {
+        if let Some((dir, _)) = dirs_above(path).find(|(d, _)| arrays.contains(d)) {
             let sum = sums.entry(dir.to_string()).or_default();
             *sum = (sum.0 + 1, sum.1 + node.size);
         }
@@ -282,6 +274,21 @@ fn mean_chunk_sizes(
     sums.into_iter()
         .map(|(dir, (n, bytes))| (dir, bytes / n.max(1)))
         .collect()
+}
+
+/// The directory of the node whose document is at `path`.
+fn doc_dir(path: &str) -> &str {
+    path.strip_suffix("zarr.json").unwrap_or("").trim_end_matches('/')
+}
+
+/// Every directory above `path` with the rest of the path below it, deepest first, then the
+/// root.
+fn dirs_above(path: &str) -> impl Iterator<Item = (&str, &str)> {
+    let cuts = path.match_indices('/').map(|(i, _)| Some(i)).rev().chain([None]);
+    cuts.map(move |cut| match cut {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    })
 }
 
 fn is_doc(path: &str) -> bool {
@@ -309,13 +316,7 @@ fn target(path: &str, packed: &serde_json::Value) -> Result<Target> {
 
 /// The shard (its key), index within it and level of the chunk file at `path`, if it is one.
 fn place(targets: &HashMap<String, Target>, path: &str) -> Option<(String, u64, Arc<ShardLevel>)> {
-    // Every directory above `path`, deepest first, then the root.
-    let cuts = path.match_indices('/').map(|(i, _)| Some(i)).rev().chain([None]);
-    for cut in cuts {
-        let (dir, rel) = match cut {
-            Some(i) => (&path[..i], &path[i + 1..]),
-            None => ("", path),
-        };
+    for (dir, rel) in dirs_above(path) {
         let Some(t) = targets.get(dir) else {
             continue;
         };

@@ -105,15 +105,11 @@ impl Tally {
             "files_failed": Self::get(&self.files_failed),
             "failures": failures,
         });
-        let body = match (body, totals.packed.is_empty()) {
-            (serde_json::Value::Object(mut body), false) => {
-                body.insert("packed".into(), serde_json::json!(totals.packed));
-                serde_json::Value::Object(body)
-            }
-            (body, _) => body,
-        };
         if let (Some(out), serde_json::Value::Object(body)) = (out.as_object_mut(), body) {
             out.extend(body);
+            if !totals.packed.is_empty() {
+                out.insert("packed".into(), serde_json::json!(totals.packed));
+            }
         }
         out
     }

@@ -278,7 +278,7 @@ pub(super) async fn read_whole(view: &Arc<View>, node: &Node, path: &str) -> Res
 }
 
 /// Metadata documents of the plan that DEST holds with other bytes, sorted.
-pub async fn metadata_conflicts(view: &View, dest: &Dest, units: &[Unit], jobs: usize) -> Result<Vec<String>> {
+pub async fn metadata_conflicts(view: &Arc<View>, dest: &Dest, units: &[Unit], jobs: usize) -> Result<Vec<String>> {
     let checks = futures::stream::iter(units.iter().filter(|u| u.is_metadata()))
         .map(|unit| async move {
             // Metadata units are files: their name is their path.
@@ -291,10 +291,7 @@ pub async fn metadata_conflicts(view: &View, dest: &Dest, units: &[Unit], jobs: 
                 return Ok(None);
             };
             let ours = match unit {
-                Unit::File { node, .. } => view
-                    .read(node, 0, node.size)
-                    .await
-                    .with_context(|| format!("cannot read {path}"))?,
+                Unit::File { node, .. } => read_whole(view, node, path).await?,
                 Unit::Doc { bytes, .. } => bytes.clone(),
                 Unit::Shard(_) | Unit::Pack(_) => return Ok(None),
             };

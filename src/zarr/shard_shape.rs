@@ -66,15 +66,11 @@ pub fn auto_shard_shape(doc: &Value, mean_chunk_bytes: Option<u64>, budget: u64)
     chunk.iter().zip(&per).map(|(&c, &k)| c.checked_mul(k)).collect()
 }
 
-/// Bytes of one element of a data type, decoded (8 for one this does not know).
+/// Bytes of one element of a data type, decoded (8 for one of no fixed size known here).
 fn item_bytes(data_type: Option<&Value>) -> u64 {
-    match data_type.and_then(Value::as_str) {
-        Some("bool" | "int8" | "uint8") => 1,
-        Some("int16" | "uint16" | "float16") => 2,
-        Some("int32" | "uint32" | "float32") => 4,
-        Some("complex128") => 16,
-        _ => 8,
-    }
+    data_type
+        .and_then(crate::zarr::transcode::sizes)
+        .map_or(8, |(item, _)| item as u64)
 }
 
 #[cfg(test)]

@@ -67,7 +67,7 @@ pub struct Transcode {
 }
 
 /// Bytes per element and per component of a v3 data type v2 can name.
-fn sizes(data_type: &Value) -> Option<(usize, usize)> {
+pub(crate) fn sizes(data_type: &Value) -> Option<(usize, usize)> {
     Some(match data_type.as_str()? {
         "bool" | "int8" | "uint8" => (1, 1),
         "int16" | "uint16" | "float16" => (2, 2),
