@@ -1,6 +1,9 @@
-//! Making and removing directories. Chunk directories of sharded arrays are implicit: one made
-//! by `mkdir` is held by its inode (see [`super::inodes`]) until a chunk below it is stored,
-//! and removing one stores nothing. Other directories are the store's.
+//! Making and removing directories. Chunk directories of sharded arrays are implicit, and so
+//! is every directory of a store that keeps none (an object store, where a directory is a
+//! prefix of stored keys): one made by `mkdir` is held by its inode (see [`super::inodes`])
+//! until removed, showing while nothing is stored below it, and removing one stores nothing;
+//! one emptied by removing what it held is gone already, and removing it succeeds. Other
+//! directories are the store's. A removed directory's name is free at once.
 
 use std::time::SystemTime;
 
@@ -15,8 +18,11 @@ impl Fs {
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
         let at = self.view.locate(&path).await?;
-        // An implicit directory "exists" as soon as a shard covers it, which a client that just
-        // saw it missing cannot know, so making one always succeeds.
+        if !at.is_chunk_dir() && self.inodes.is_local_dir(&path) {
+            return Err(FsError::Exists);
+        }
+        // An implicit chunk directory "exists" as soon as a shard covers it, which a client
+        // that just saw it missing cannot know, so making one always succeeds.
         if self.view.make_dir(&at).await? == DirMade::Implicit {
             self.inodes.make_dir(&path);
         }
@@ -35,7 +41,11 @@ impl Fs {
         let at = self.view.locate(&path).await?;
         let node = match self.node(&at).await {
             // A chunk directory whose last chunk went is gone already: nothing to remove.
-            Err(FsError::NotFound) if at.is_chunk_dir() => return Ok(()),
+            // So is any directory of a store that keeps none (an object store), once emptied.
+            Err(FsError::NotFound) if at.is_chunk_dir() || !self.view.keeps_dirs() => {
+                self.inodes.unlink(&path);
+                return Ok(());
+            }
             other => other?,
         };
         if !node.is_dir() {
@@ -48,6 +58,9 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         self.inodes.unmake_dir(&path);
-        Ok(self.view.remove_dir(&at).await?)
+        self.view.remove_dir(&at).await?;
+        // The name is free at once: a new directory or file made there is another inode.
+        self.inodes.unlink(&path);
+        Ok(())
     }
 }

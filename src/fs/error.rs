@@ -121,6 +121,7 @@ fn shard_errno(e: &ShardError) -> i32 {
         ShardError::Corrupt { .. } | ShardError::Layout { .. } | ShardError::Unlistable { .. } => libc::EIO,
         ShardError::Unstable { .. } => libc::ESTALE,
         ShardError::OutsideGrid { .. } => libc::EINVAL,
+        ShardError::Exists { .. } => libc::EEXIST,
         ShardError::Shared(inner) => shard_errno(inner),
     }
 }

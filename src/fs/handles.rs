@@ -28,8 +28,16 @@ use crate::view::{Node, OpenFile, Target};
 #[derive(Debug)]
 pub enum FileHandle {
     /// A file opened for reading that nobody is writing through this mount.
-    Read(OpenFile),
+    Read(ReadHandle),
     Write(WriteHandle),
+}
+
+/// A handle of a file opened for reading.
+#[derive(Debug)]
+pub struct ReadHandle {
+    /// The inode it was opened at (an unlinked one is still read through it).
+    pub ino: u64,
+    pub file: OpenFile,
 }
 
 /// A handle of a file being written: its buffered content, shared by the handles of its name.
@@ -49,8 +57,16 @@ pub struct WriteHandle {
 }
 
 impl FileHandle {
-    pub fn reader(file: OpenFile) -> Self {
-        FileHandle::Read(file)
+    pub fn reader(ino: u64, file: OpenFile) -> Self {
+        FileHandle::Read(ReadHandle { ino, file })
+    }
+
+    /// The inode the handle was opened at.
+    pub fn ino(&self) -> u64 {
+        match self {
+            FileHandle::Read(r) => r.ino,
+            FileHandle::Write(w) => w.ino,
+        }
     }
 
     pub fn writer(ino: u64, file: Arc<WriteFile>, can_write: bool) -> Self {
@@ -279,6 +295,11 @@ impl<T> HandleTable<T> {
 
     pub fn remove(&self, fh: u64) -> Option<Arc<T>> {
         self.lock().remove(&fh)
+    }
+
+    /// The handles open now that `keep` picks.
+    pub fn find(&self, keep: impl Fn(&T) -> bool) -> Vec<Arc<T>> {
+        self.lock().values().filter(|h| keep(h)).cloned().collect()
     }
 
     /// Handles open now.

@@ -16,10 +16,12 @@ pub mod inodes;
 pub mod journal;
 mod journaling;
 pub mod kernel_listings;
+mod link;
 mod overlay;
 mod readdir;
 mod rename;
 mod types;
+mod unlinked;
 mod unopened;
 mod write;
 pub mod writeback;
@@ -32,7 +34,7 @@ use bytes::Bytes;
 
 pub use error::{ErrorLog, FsError};
 use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile};
-use inodes::{InodeTable, ROOT_INO};
+use inodes::{InodeTable, Name, ROOT_INO};
 
 use crate::view::{ContentId, Located, Node, View};
 
@@ -154,7 +156,8 @@ impl Fs {
     }
 
     /// Log a failed operation (at the level its error deserves) and hand the errno back.
-    /// What links, device nodes and extended attributes get: a Zarr store cannot hold them.
+    /// What symbolic links, device nodes and extended attributes get: a Zarr store cannot
+    /// hold them.
     pub fn cannot_represent(&self) -> FsError {
         if self.config.writable {
             FsError::NotPermitted
@@ -178,8 +181,14 @@ impl Fs {
         e.errno()
     }
 
+    /// The path of `ino`: ENOENT once its name was removed through this mount (a name now
+    /// leads to another inode, or none).
     fn path_of(&self, ino: u64) -> FsResult<Arc<str>> {
-        self.inodes.path(ino).ok_or(FsError::BadHandle)
+        match self.inodes.name(ino) {
+            Name::Path(path) => Ok(path),
+            Name::Unlinked => Err(FsError::NotFound),
+            Name::Unknown => Err(FsError::BadHandle),
+        }
     }
 
     pub fn attr(&self, ino: u64, node: &Node) -> Attr {
@@ -267,6 +276,9 @@ impl Fs {
 
     /// A file's attributes as they are now.
     pub(crate) async fn attr_now(&self, ino: u64) -> FsResult<Attr> {
+        if self.inodes.name(ino) == Name::Unlinked {
+            return self.unlinked_attr(ino).await;
+        }
         let at = self.view.locate(&self.path_of(ino)?).await?;
         if let Some(attr) = self.local_attr(ino, &at).await {
             return Ok(attr);
@@ -332,7 +344,10 @@ impl Fs {
             Some(node) => {
                 self.check_size(ino, &node)?;
                 let content = node.content_id();
-                Ok((self.files.insert(FileHandle::reader(self.view.open(node))), content))
+                Ok((
+                    self.files.insert(FileHandle::reader(ino, self.view.open(node))),
+                    content,
+                ))
             }
             None if self.inodes.is_local_dir(at.path()) => Err(FsError::IsADirectory),
             None => Err(FsError::NotFound),
@@ -354,7 +369,7 @@ impl Fs {
         let handle = self.files.get(fh).ok_or(FsError::BadHandle)?;
         match &*handle {
             FileHandle::Write(w) => self.read_writer(&w.file, offset, size).await,
-            FileHandle::Read(file) => Ok(self.view.read_open(file, offset, u64::from(size)).await?),
+            FileHandle::Read(r) => Ok(self.view.read_open(&r.file, offset, u64::from(size)).await?),
         }
     }
 

@@ -81,6 +81,8 @@ impl Fs {
         // crossing each other cannot deadlock. It keeps its name until the move replaces it
         // in one step (`InodeTable::move_file`): readers of `to` see it until then, never the
         // stored version it hides.
+        // Readers of the file replaced keep reading it (see `unlinked.rs`).
+        self.keep_readers(&to).await?;
         let replaced = self.inodes.file_at(&to).map(|(file, _)| file);
         let _held_back = match &replaced {
             Some(file) => tokio::time::timeout(REPLACED_WAIT, file.state.lock()).await.ok(),

@@ -257,15 +257,16 @@ impl Fs {
     pub async fn truncate(&self, ino: u64, size: u64, fh: Option<u64>) -> FsResult<Attr> {
         let _changing = self.changing();
         self.check_writable()?;
-        let path = self.path_of(ino)?;
         let size = usize::try_from(size)
             .ok()
             .filter(|s| *s <= self.config.max_file_size)
             .ok_or(FsError::FileTooLarge)?;
+        // Through a handle first: the file may have no name any more (see `unlinked.rs`).
         if let Some(handle) = fh.and_then(|fh| self.files.get(fh)).filter(|h| h.written().is_some()) {
             self.resize(&handle, size).await?;
             return self.attr_now(ino).await;
         }
+        let path = self.path_of(ino)?;
         if let Some((file, Sink::Commit(_))) = self.inodes.file_at(&path) {
             // Open for writing elsewhere: change the shared content; its close commits it.
             self.load(&file).await?.resize(size as u64)?;
@@ -293,8 +294,9 @@ impl Fs {
         self.check_writable()?;
         validate_name(name)?;
         let path = child_path(&self.path_of(parent)?, name);
+        self.keep_readers(&path).await?;
         self.remove_file(&path).await?;
-        self.inodes.mark_unlinked(&path);
+        self.inodes.unlink(&path);
         Ok(())
     }
 

@@ -364,8 +364,16 @@ impl Filesystem for ZarrFuse {
         reply.fail(&self.fs.cannot_represent());
     }
 
-    fn link(&self, _req: &Request, _i: INodeNo, _np: INodeNo, _nn: &OsStr, reply: ReplyEntry) {
-        reply.fail(&self.fs.cannot_represent());
+    fn link(&self, req: &Request, ino: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let ttl = self.ttl();
+        self.answer_named(
+            op(req, "link", ino),
+            new_name,
+            FsError::InvalidName,
+            reply,
+            |fs, name| async move { fs.link(ino.0, new_parent.0, &name).await },
+            move |r, attr| reply::entry(r, &ttl, &attr),
+        );
     }
 
     fn setxattr(&self, _req: &Request, _i: INodeNo, _n: &OsStr, _v: &[u8], _f: i32, _p: u32, reply: ReplyEmpty) {

@@ -142,6 +142,21 @@ impl ShardedArray {
     ///
     /// [`Store`]: crate::store::Store
     pub(super) async fn commit_one(&self, coords: &[u64], bytes: Option<Bytes>) -> Result<(), ShardError> {
+        let (shard_key, path) = self.place_in_shard(coords)?;
+        self.commit_shard(&shard_key, &[(path, bytes)]).await
+    }
+
+    /// Store the inner chunk at `coords` only if it holds nothing now: [`ShardError::Exists`]
+    /// otherwise, decided on the shard version the conditional write replaces, so of two
+    /// creators (of this mount or another of the store) exactly one wins. Outside the commit
+    /// queues, whose batches share one outcome: exclusive creates (`link(2)`) are rare.
+    pub async fn create_chunk(&self, coords: &[u64], bytes: Bytes) -> Result<(), ShardError> {
+        let (shard_key, path) = self.place_in_shard(coords)?;
+        self.rewrite_shard(&shard_key, &[(path, Some(bytes))], true).await
+    }
+
+    /// The key of the shard holding the inner chunk at `coords`, and its per-level indexes.
+    fn place_in_shard(&self, coords: &[u64]) -> Result<(String, Vec<u64>), ShardError> {
         let outside = || ShardError::OutsideGrid {
             key: self.shard_key(coords),
         };
@@ -150,9 +165,7 @@ impl ShardedArray {
             .locate(coords)
             .filter(|_| self.in_grid(coords))
             .ok_or_else(outside)?;
-        self.written.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.commit_shard(&self.shard_key(&loc.shard_coords), &[(loc.per_level_index, bytes)])
-            .await
+        Ok((self.shard_key(&loc.shard_coords), loc.per_level_index))
     }
 
     /// Remove the directories of an erased shard that are left empty, up to (not including)
@@ -243,6 +256,13 @@ impl ShardedArray {
 
     /// Apply changes to one stored shard: read it, repack, replace it if unchanged meanwhile.
     pub async fn commit_shard(&self, shard_key: &str, changes: &[Change]) -> Result<(), ShardError> {
+        self.rewrite_shard(shard_key, changes, false).await
+    }
+
+    /// [`commit_shard`](Self::commit_shard); with `only_new`, refused with
+    /// [`ShardError::Exists`] if any changed chunk holds something in the version read.
+    async fn rewrite_shard(&self, shard_key: &str, changes: &[Change], only_new: bool) -> Result<(), ShardError> {
+        self.written.store(true, std::sync::atomic::Ordering::Relaxed);
         let levels = &self.layout.levels;
         for attempt in 0..COMMIT_ATTEMPTS {
             let current = self.store.get(shard_key, GetOptions::default()).await?;
@@ -253,6 +273,11 @@ impl ShardedArray {
                 }
                 None => (ShardContent::default(), Precondition::Absent),
             };
+            if only_new && changes.iter().any(|(path, _)| content.get(path).is_some()) {
+                return Err(ShardError::Exists {
+                    key: shard_key.to_string(),
+                });
+            }
             for (path, bytes) in changes {
                 content
                     .set_checked(levels, path, bytes.clone())

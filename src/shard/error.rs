@@ -30,6 +30,9 @@ pub enum ShardError {
          --max-probe-shards {limit} (raise it to find them by reading their indexes)"
     )]
     Unlistable { key: String, shards: u64, limit: u64 },
+    /// An exclusive create of an inner chunk found it stored already (in this shard).
+    #[error("{key}: the chunk exists already")]
+    Exists { key: String },
     /// A chunk key that lies outside the array's chunk grid.
     #[error("{key}: outside the array's chunk grid")]
     OutsideGrid { key: String },
@@ -84,6 +87,7 @@ impl ShardError {
             | ShardError::Layout { key, .. }
             | ShardError::Unstable { key }
             | ShardError::OutsideGrid { key }
+            | ShardError::Exists { key }
             | ShardError::Unlistable { key, .. } => Some(key),
             ShardError::Store(_) => None,
             ShardError::Shared(inner) => inner.key(),

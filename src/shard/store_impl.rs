@@ -64,6 +64,7 @@ impl Store for ShardedArray {
             writable: true,
             listable: true,
             conditional_writes: false,
+            directories: false,
         }
     }
 

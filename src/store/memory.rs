@@ -74,6 +74,7 @@ impl Store for MemoryStore {
             writable: true,
             listable: true,
             conditional_writes: true,
+            directories: false,
         }
     }
 

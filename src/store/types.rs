@@ -147,4 +147,7 @@ pub struct Capabilities {
     /// The store enforces the preconditions of `set_if` / `erase_if` itself (otherwise only
     /// `Precondition::Any` is supported).
     pub conditional_writes: bool,
+    /// The store keeps directories of its own (a local filesystem): an empty one exists until
+    /// removed. Elsewhere a directory is a prefix of stored keys, gone with its last key.
+    pub directories: bool,
 }

@@ -83,8 +83,15 @@ impl View {
         Ok(Some(data_dir))
     }
 
-    /// Store a `zarr.json` written at directory `dir`, outside sharded arrays.
-    pub async fn write_node_metadata(&self, dir: &str, written: Bytes) -> Result<(), ViewError> {
+    /// Store a `zarr.json` written at directory `dir`, outside sharded arrays, if `condition`
+    /// holds for the stored one (`Absent`: an exclusive create, [`ViewError::Exists`] if one
+    /// is stored).
+    pub async fn write_node_metadata(
+        &self,
+        dir: &str,
+        written: Bytes,
+        condition: Precondition,
+    ) -> Result<(), ViewError> {
         let key = metadata_key(dir);
         let doc = serde_json::from_slice::<Value>(&written).ok();
         let bytes = match doc.as_ref().and_then(|d| Some((d.get("node_type")?.as_str()?, d))) {
@@ -95,10 +102,9 @@ impl View {
             Some(("group", doc)) => self.translate_group_doc(dir, &key, doc, written).await?,
             _ => written,
         };
-        let stored = self.store.set(&key, bytes).await;
+        let stored = self.set_if(&key, bytes, condition).await;
         self.nodes.forget(dir);
-        stored?;
-        Ok(())
+        stored
     }
 
     /// An array at `dir` is being created through the mount with sharding: shown as stored.

@@ -72,6 +72,9 @@ pub struct OpenFile {
     read_ahead: ReadAhead,
     /// What the snapshot is counted against (`None`: a file read once, not held).
     budget: Option<Arc<SnapshotBudget>>,
+    /// The whole file, kept because its name went away while it was open (see
+    /// [`View::keep_whole`]): every later read is served from it.
+    kept: std::sync::OnceLock<Bytes>,
 }
 
 impl OpenFile {
@@ -82,6 +85,7 @@ impl OpenFile {
             snapshot: tokio::sync::Mutex::new(None),
             read_ahead: ReadAhead::default(),
             budget: None,
+            kept: std::sync::OnceLock::new(),
         }
     }
 
@@ -147,8 +151,30 @@ impl View {
         }))
     }
 
+    /// Keep the whole of an open file for its later reads: its name is about to be removed
+    /// or replaced, and on a filesystem an open file stays readable until closed. Taken from
+    /// its snapshot if it has one; refused beyond `limit` bytes (the largest file the mount
+    /// writes), where later reads may fail instead (ESTALE, or ENOENT as stored files go).
+    /// Not counted against the snapshot budget: what removed open files hold is theirs until
+    /// closed, as the blocks of an unlinked file are on a local filesystem.
+    pub async fn keep_whole(&self, file: &OpenFile, limit: u64) -> Result<(), ViewError> {
+        if file.kept.get().is_some() || file.node.size > limit {
+            return Ok(());
+        }
+        let whole = match file.whole().await {
+            Some(whole) => whole,
+            None => self.read(&file.node, 0, u64::MAX).await?,
+        };
+        let _ = file.kept.set(whole);
+        Ok(())
+    }
+
     /// Read `len` bytes at `offset` of an open file (see the module notes).
     pub async fn read_open(&self, file: &OpenFile, offset: u64, len: u64) -> Result<Bytes, ViewError> {
+        if let Some(whole) = file.kept.get() {
+            let (start, end) = ByteRange::Range { offset, length: len }.resolve(whole.len() as u64);
+            return Ok(whole.slice(start as usize..end as usize));
+        }
         let node = &file.node;
         match &node.source {
             Source::Stored { key, .. } if self.read_ahead > 0 => {

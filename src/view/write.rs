@@ -16,13 +16,15 @@ use super::target::{Dest, Target};
 use super::types::Source;
 use super::{Node, View, ViewError};
 use crate::store::key::dir_prefix;
+use crate::store::{Precondition, StoreError};
 
 /// What making a directory did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DirMade {
     /// Stored (a directory of the store, or nothing where the store has no directories).
     Stored,
-    /// A chunk directory: implicit, it exists once a chunk below it does. Nothing was stored;
+    /// Implicit: it exists once something is stored below it (a chunk directory, or any
+    /// directory of a store that keeps none, such as an object store). Nothing was stored;
     /// the caller keeps it until then.
     Implicit,
 }
@@ -32,17 +34,52 @@ impl View {
     pub async fn commit(&self, target: &Target, data: Bytes) -> Result<(), ViewError> {
         match &target.0 {
             Dest::Chunk { node, coords } => Ok(node.array.write_chunk(coords, Some(data)).await?),
-            Dest::Stored { key } => {
-                let draft_array = self.draft_array_written(key, &data).await?;
-                let stored = self.store.set(key, data).await;
-                if let Some(dir) = draft_array {
-                    self.nodes.forget(&dir);
-                }
-                stored?;
-                Ok(())
-            }
+            Dest::Stored { key } => self.write_stored(key, data, Precondition::Any).await,
             Dest::ArrayDoc(node) => self.write_array_metadata(node, &data).await,
-            Dest::NodeDoc { dir } => self.write_node_metadata(dir, data).await,
+            Dest::NodeDoc { dir } => self.write_node_metadata(dir, data, Precondition::Any).await,
+        }
+    }
+
+    /// Store `data` as the file at `target` only if nothing is there: [`ViewError::Exists`]
+    /// otherwise. What `link(2)` onto a new name does (clients create files exclusively that
+    /// way). The store decides where it can — a create-if-absent write, or for a chunk the
+    /// conditional rewrite of its shard — so of two creators, also on two mounts, one wins.
+    pub async fn commit_new(&self, target: &Target, data: Bytes) -> Result<(), ViewError> {
+        match &target.0 {
+            Dest::Chunk { node, coords } => Ok(node.array.create_chunk(coords, data).await?),
+            Dest::Stored { key } => self.write_stored(key, data, Precondition::Absent).await,
+            // The array is there, so its document is.
+            Dest::ArrayDoc(node) => Err(ViewError::Exists(node.meta_key.clone())),
+            Dest::NodeDoc { dir } => self.write_node_metadata(dir, data, Precondition::Absent).await,
+        }
+    }
+
+    /// Store a file passed through under its own key, if `condition` holds.
+    async fn write_stored(&self, key: &str, data: Bytes, condition: Precondition) -> Result<(), ViewError> {
+        let draft_array = self.draft_array_written(key, &data).await?;
+        let stored = self.set_if(key, data, condition).await;
+        if let Some(dir) = draft_array {
+            self.nodes.forget(&dir);
+        }
+        stored
+    }
+
+    /// `set_if` of the store, where a refused `Absent` is [`ViewError::Exists`]. A store that
+    /// cannot write conditionally (plain HTTP) is asked whether the key is there first: as far
+    /// as it can tell.
+    pub(super) async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> Result<(), ViewError> {
+        let absent = matches!(condition, Precondition::Absent);
+        let written = match self.store.set_if(key, value.clone(), condition).await {
+            Err(StoreError::Unsupported(_)) if absent => match self.store.head(key).await? {
+                Some(_) => Err(StoreError::Conflict { key: key.to_string() }),
+                None => self.store.set(key, value).await,
+            },
+            other => other,
+        };
+        match written {
+            Ok(_) => Ok(()),
+            Err(StoreError::Conflict { .. }) if absent => Err(ViewError::Exists(key.to_string())),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -77,7 +114,11 @@ impl View {
         match &node.source {
             Source::Dir => Err(ViewError::IsADirectory),
             Source::Chunk { array, coords, .. } => Ok(array.write_chunk(coords, None).await?),
-            Source::Stored { key, .. } => Ok(self.store.erase(key).await?),
+            Source::Stored { key, .. } => {
+                let erased = self.store.erase(key).await;
+                self.forget_node_of(key);
+                Ok(erased?)
+            }
             Source::Rewritten { dir, key, .. } => {
                 self.store.erase(key).await?;
                 self.nodes.forget(dir);
@@ -111,11 +152,15 @@ impl View {
                 }
                 Ok(moved?)
             }
-            (Source::Stored { key, .. }, Dest::Stored { key: dest }) => Ok(self.store.rename(key, dest).await?),
-            (Source::Stored { key, .. }, Dest::Chunk { .. } | Dest::ArrayDoc(_) | Dest::NodeDoc { .. }) => {
+            (Source::Stored { key, .. }, Dest::Stored { key: dest }) => {
+                let moved = self.store.rename(key, dest).await;
+                self.forget_node_of(key);
+                Ok(moved?)
+            }
+            (Source::Stored { .. }, Dest::Chunk { .. } | Dest::ArrayDoc(_) | Dest::NodeDoc { .. }) => {
                 let data = self.read(node, 0, u64::MAX).await?;
                 self.commit(to, data).await?;
-                Ok(self.store.erase(key).await?)
+                self.remove(node).await
             }
             _ => Err(ViewError::CannotMove(self.describe_key(node))),
         }
@@ -138,8 +183,19 @@ impl View {
         if self.node(at).await?.is_some() {
             return Err(ViewError::Exists(at.path().to_string()));
         }
+        if !self.keeps_dirs() {
+            return Ok(DirMade::Implicit);
+        }
         self.store.create_dir(&dir_prefix(at.path())).await?;
         Ok(DirMade::Stored)
+    }
+
+    /// Whether the store keeps directories of its own (see [`Capabilities::directories`]):
+    /// elsewhere a directory exists while something is stored below it.
+    ///
+    /// [`Capabilities::directories`]: crate::store::Capabilities::directories
+    pub fn keeps_dirs(&self) -> bool {
+        self.store.capabilities().directories
     }
 
     /// Remove the directory at `at`, which the caller found empty. Chunk directories are
@@ -148,6 +204,19 @@ impl View {
         if matches!(at.at, At::ChunkDir { .. }) {
             return Ok(());
         }
-        Ok(self.store.remove_dir(&dir_prefix(at.path())).await?)
+        let removed = self.store.remove_dir(&dir_prefix(at.path())).await;
+        self.nodes.forget(at.path());
+        Ok(removed?)
+    }
+
+    /// A stored file went away or moved: if it was a node's `zarr.json`, what the view knew of
+    /// that node's kind goes too, so the directory shows as it is now (a removed group is no
+    /// directory any more once empty, and a new one can be made at its name at once).
+    fn forget_node_of(&self, key: &str) {
+        if let Some(dir) = key.strip_suffix(super::METADATA) {
+            if dir.is_empty() || dir.ends_with('/') {
+                self.nodes.forget(dir.trim_end_matches('/'));
+            }
+        }
     }
 }

@@ -92,7 +92,7 @@ impl InodeTable {
     /// file has been unlinked or replaced (its content then goes nowhere).
     pub fn place_of(&self, ino: u64, file: &Arc<WriteFile>) -> Option<(String, Sink)> {
         let t = self.lock();
-        let inode = t.by_ino.get(&ino)?;
+        let inode = t.by_ino.get(&ino).filter(|i| !i.unlinked)?;
         match &inode.local {
             Some(Local::File(w)) if Arc::ptr_eq(&w.file, file) => Some((inode.path.to_string(), w.sink.clone())),
             _ => None,
@@ -152,6 +152,17 @@ impl InodeTable {
         let mut t = self.lock();
         let ino = t.at(path);
         t.set_local(ino, Some(Local::File(Box::new(written))));
+    }
+
+    /// Hold `written` at `path` unless a file is held there already; whether it was put.
+    pub fn put_new_file(&self, path: &str, written: Written) -> bool {
+        let mut t = self.lock();
+        if t.written(path).is_some() {
+            return false;
+        }
+        let ino = t.at(path);
+        t.set_local(ino, Some(Local::File(Box::new(written))));
+        true
     }
 
     /// Move the file held at `from` to `to`, going to `sink` from now on: one step, so no

@@ -23,6 +23,16 @@ pub use held::{HeldFile, Local, Written};
 
 pub const ROOT_INO: u64 = 1;
 
+/// What names an inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Name {
+    Path(Arc<str>),
+    /// Its name was removed through this mount: only open files reach it.
+    Unlinked,
+    /// Not in the table (forgotten by the kernel, or never handed to it).
+    Unknown,
+}
+
 #[derive(Debug)]
 struct Inode {
     path: Arc<str>,
@@ -30,7 +40,8 @@ struct Inode {
     local: Option<Local>,
     /// What the last reader to open it found (the kernel's cached pages hold these bytes).
     content: Option<ContentId>,
-    /// Removed through this mount since the kernel last had it from a lookup or a create.
+    /// Its name was removed through this mount (unlinked, or replaced by a rename): no path
+    /// leads to it any more, and it lives on only while the kernel holds it (open files).
     unlinked: bool,
     /// On a mount that keeps the page cache: the version of the file and the attributes the
     /// kernel was given for this inode, which never change (see `sizes.rs`).
@@ -65,9 +76,7 @@ impl Tables {
         }
         let replaced = self.by_path.get(to).copied().and_then(|old| {
             let local = self.set_local(old, None);
-            if self.by_path.get(to) == Some(&old) {
-                self.by_path.remove(to);
-            }
+            self.detach(to);
             local
         });
         if let Some(ino) = self.by_path.remove(from) {
@@ -82,6 +91,21 @@ impl Tables {
             self.by_path.insert(to_path, ino);
         }
         replaced
+    }
+
+    /// The inode at `path` loses its name (see [`Inode::unlinked`]); the inode it was.
+    fn detach(&mut self, path: &str) -> Option<u64> {
+        let ino = self.by_path.remove(path)?;
+        if self.local.remove(path) {
+            if let Some(inode) = self.by_ino.get_mut(&ino) {
+                inode.local = None;
+            }
+        }
+        if let Some(inode) = self.by_ino.get_mut(&ino) {
+            inode.unlinked = true;
+        }
+        self.drop_if_unused(ino);
+        Some(ino)
     }
 
     /// The inode at `path`, created (with no lookup counted) if needed.
@@ -182,21 +206,27 @@ impl InodeTable {
         ino
     }
 
-    /// The file at `path` was removed through this mount (see [`was_unlinked`](Self::was_unlinked)).
-    pub fn mark_unlinked(&self, path: &str) {
-        let mut t = self.lock();
-        if let Some(ino) = t.by_path.get(path).copied() {
-            if let Some(inode) = t.by_ino.get_mut(&ino) {
-                inode.unlinked = true;
-            }
-        }
+    /// The name `path` was removed through this mount: its inode (if the table has one)
+    /// keeps no name, so the name is free for a new file or directory at once, while the
+    /// kernel's hold of the old inode (an open file) lasts. Returns that inode.
+    pub fn unlink(&self, path: &str) -> Option<u64> {
+        self.lock().detach(path)
     }
 
-    /// Whether `ino`'s file was removed through this mount since the kernel had it: an open
-    /// of it now raced that removal (the kernel drops a removed name), where a file missing
-    /// without that was removed elsewhere (another mount, another writer of the source).
+    /// Whether `ino`'s name was removed through this mount: an open of it now raced that
+    /// removal (the kernel drops a removed name), where a file missing without that was
+    /// removed elsewhere (another mount, another writer of the source).
     pub fn was_unlinked(&self, ino: u64) -> bool {
         self.lock().by_ino.get(&ino).is_some_and(|i| i.unlinked)
+    }
+
+    /// The path of `ino`, or why there is none.
+    pub fn name(&self, ino: u64) -> Name {
+        match self.lock().by_ino.get(&ino) {
+            Some(inode) if inode.unlinked => Name::Unlinked,
+            Some(inode) => Name::Path(inode.path.clone()),
+            None => Name::Unknown,
+        }
     }
 
     /// The inode of `path` if there is one, without counting a lookup.

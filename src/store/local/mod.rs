@@ -220,6 +220,7 @@ impl Store for LocalStore {
             writable: self.writable,
             listable: true,
             conditional_writes: true,
+            directories: true,
         }
     }
 

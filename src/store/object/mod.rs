@@ -164,6 +164,7 @@ impl Store for ObjectBackend {
             listable: !self.discovering(),
             // If-Match / generation / create-only: every writable backend (HTTP is read-only).
             conditional_writes: self.writable,
+            directories: false,
         }
     }
 
