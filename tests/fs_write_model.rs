@@ -59,6 +59,18 @@ enum Step {
         to: usize,
         no_replace: bool,
     },
+    /// Create the chunk only if absent, as zarr-python's `LocalStore` does: write a temporary
+    /// name next to it, `link` it to the chunk key (EEXIST if the key exists), unlink it.
+    LinkCreate {
+        chunk: usize,
+        data: Vec<u8>,
+    },
+    /// Open a chunk file for reading, read part of it, unlink it, then read the whole through
+    /// the handle: the bytes it had (a reader outlives the name).
+    ReadAcrossUnlink {
+        chunk: usize,
+        first: bool,
+    },
     /// In write-back mode, a tick of the background flusher.
     WriteBack,
 }
@@ -80,6 +92,8 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(chunk, data, style, close_first)| Step::StageRename { chunk, data, style, close_first }),
         2 => ((0..64usize), (0..64usize), any::<bool>())
             .prop_map(|(from, to, no_replace)| Step::Move { from, to, no_replace }),
+        1 => ((0..64usize), bytes(24)).prop_map(|(chunk, data)| Step::LinkCreate { chunk, data }),
+        1 => ((0..64usize), any::<bool>()).prop_map(|(chunk, first)| Step::ReadAcrossUnlink { chunk, first }),
         1 => Just(Step::WriteBack),
     ]
 }
@@ -281,6 +295,17 @@ impl Harness {
                 let b = r.remove(&from).unwrap();
                 r.insert(to, b);
             }
+            Step::LinkCreate { chunk, data } => {
+                let path = self.path(*chunk);
+                if self.reference.contains_key(&path) {
+                    return Err(libc::EEXIST);
+                }
+                self.reference.insert(path, data.clone());
+            }
+            Step::ReadAcrossUnlink { chunk, .. } => {
+                let path = self.path(*chunk);
+                self.reference.remove(&path).ok_or(libc::ENOENT)?;
+            }
             Step::WriteBack => {}
         }
         Ok(())
@@ -387,6 +412,44 @@ impl Harness {
                 fs.rename(fp, from_name, tp, to_name, *no_replace)
                     .await
                     .map_err(errno_of)
+            }
+            Step::LinkCreate { chunk, data } => {
+                let path = self.path(*chunk);
+                let (dir, name) = split(&path);
+                let temp = format!("{name}.9e1f07.partial");
+                let parent = fs_mkdir_p(fs, dir).await.map_err(errno_of)?;
+                let (tmp, fh) = fs.create(parent, &temp, false).await.map_err(errno_of)?;
+                fs.write(fh, 0, data).await.map_err(errno_of)?;
+                fs.flush(fh).await.map_err(errno_of)?;
+                fs.release(fh).await;
+                let linked = fs.link(tmp.ino, parent, name).await;
+                fs.unlink(parent, &temp).await.map_err(errno_of)?;
+                let attr = linked.map_err(errno_of)?;
+                assert_eq!(attr.size, data.len() as u64, "{path} as linked");
+                Ok(())
+            }
+            Step::ReadAcrossUnlink { chunk, first } => {
+                let path = self.path(*chunk);
+                let attr = fs_resolve(fs, &path).await.map_err(errno_of)?;
+                let want = fs_read(fs, attr.ino).await.map_err(errno_of)?;
+                let fh = fs.open(attr.ino, false, false).await.map_err(errno_of)?;
+                if *first {
+                    fs.read(fh, 0, 1).await.map_err(errno_of)?;
+                }
+                let (dir, name) = split(&path);
+                let parent = fs_resolve(fs, dir).await.map_err(errno_of)?;
+                let removed = fs.unlink(parent.ino, name).await.map_err(errno_of);
+                let read = fs.read(fh, 0, 1 << 20).await.map(|b| b.to_vec());
+                let size = fs.getattr(attr.ino).await.map(|a| a.size);
+                fs.release(fh).await;
+                removed?;
+                assert_eq!(read.map_err(errno_of), Ok(want.clone()), "{path} read after its unlink");
+                assert_eq!(
+                    size.map_err(errno_of),
+                    Ok(want.len() as u64),
+                    "{path} fstat after its unlink"
+                );
+                Ok(())
             }
             Step::WriteBack => match self.commit {
                 Commit::OnClose => Ok(()),
