@@ -229,3 +229,28 @@ async fn a_removed_directory_can_be_made_again_at_once() {
     write_file(&fs, root, "g", b"a file now").await;
     assert_eq!(stored(mem.as_ref(), "g").await.as_deref(), Some(&b"a file now"[..]));
 }
+
+#[tokio::test]
+async fn a_chunk_is_not_linked_into_another_array() {
+    // Its bytes are encoded for its own array: EXDEV, as for a rename; a plain copy is fine.
+    let (mem, _, built) = setup();
+    let other = built.spec.build("b/", &built.spec.full_chunks(5, 4, 9));
+    for (key, bytes) in other.files {
+        mem.insert(&key, bytes);
+    }
+    let fs = writable_fs(mem.clone());
+    let chunk = fs_resolve(&fs, "a/c/0/0").await.unwrap();
+    let b0 = fs_mkdir_p(&fs, "b/c/0").await.unwrap();
+    fs.unlink(b0, "0").await.unwrap();
+    assert_eq!(errno(fs.link(chunk.ino, b0, "0").await), libc::EXDEV);
+    assert_eq!(errno(fs_resolve(&fs, "b/c/0/0").await), libc::ENOENT);
+    let copy = fs
+        .link(chunk.ino, zarrfs::fs::inodes::ROOT_INO, "chunk.bin")
+        .await
+        .unwrap();
+    assert_eq!(copy.size, chunk.size);
+    assert_eq!(
+        stored(mem.as_ref(), "chunk.bin").await.unwrap(),
+        fs_read_path(&fs, "a/c/0/0").await.unwrap()
+    );
+}

@@ -35,9 +35,19 @@ impl Fs {
         {
             return Err(FsError::Exists);
         }
-        let data = self.content_of(&from_at).await?;
+        let (data, origin) = self.content_of(&from_at).await?;
         match self.sink_for(&to_at).await? {
-            Sink::Commit(target) => self.view.commit_new(&target, data).await?,
+            Sink::Commit(target) => {
+                let may = match &origin {
+                    Origin::Held(Sink::Commit(from)) => from.may_copy_to(&target),
+                    Origin::Held(Sink::Staged) => true,
+                    Origin::Stored(node) => self.view.may_copy_to(node, &target),
+                };
+                if !may {
+                    return Err(FsError::CrossDevice);
+                }
+                self.view.commit_new(&target, data).await?
+            }
             Sink::Staged => {
                 let file = Arc::new(WriteFile::new_empty(self.budget.clone()));
                 file.state.lock().await.data.replace(&data)?;
@@ -50,16 +60,24 @@ impl Fs {
         self.lookup(new_parent, new_name).await
     }
 
-    /// The whole content of the file at a placed path: as the mount holds it (being written,
-    /// staged or pending), else as stored. A directory cannot be linked (EPERM, as anywhere).
-    async fn content_of(&self, at: &Located) -> FsResult<Bytes> {
-        if let Some((file, _)) = self.inodes.file_at(at.path()) {
-            return self.load(&file).await?.content();
+    /// The whole content of the file at a placed path, and where it is: as the mount holds it
+    /// (being written, staged or pending), else as stored. A directory cannot be linked
+    /// (EPERM, as anywhere).
+    async fn content_of(&self, at: &Located) -> FsResult<(Bytes, Origin)> {
+        if let Some((file, sink)) = self.inodes.file_at(at.path()) {
+            return Ok((self.load(&file).await?.content()?, Origin::Held(sink)));
         }
         let node = self.node(at).await?;
         if node.is_dir() {
             return Err(FsError::NotPermitted);
         }
-        Ok(self.view.read(&node, 0, u64::MAX).await?)
+        Ok((self.view.read(&node, 0, u64::MAX).await?, Origin::Stored(node)))
     }
+}
+
+/// Where a linked file's bytes come from: what they mean elsewhere depends on it (a chunk's
+/// bytes onto a chunk key of another array would be read with the wrong codecs: EXDEV).
+enum Origin {
+    Held(Sink),
+    Stored(crate::view::Node),
 }

@@ -60,6 +60,17 @@ impl Target {
         })
     }
 
+    /// Whether a copy of a file written for this target may be stored at `to`: a chunk's bytes
+    /// onto a chunk key only within its array (see [`View::may_copy_to`]).
+    ///
+    /// [`View::may_copy_to`]: super::View::may_copy_to
+    pub fn may_copy_to(&self, to: &Target) -> bool {
+        match (&self.0, &to.0) {
+            (Dest::Chunk { node: a, .. }, Dest::Chunk { node: b, .. }) => Arc::ptr_eq(&a.array, &b.array),
+            _ => true,
+        }
+    }
+
     /// Whether a file being written for this target may move to `to` with its bytes as they
     /// are: a chunk to another chunk of the same array (its bytes are encoded for that array
     /// only), a stored file onto a stored file or a node's `zarr.json`.

@@ -166,6 +166,15 @@ impl View {
         }
     }
 
+    /// Whether a copy of `node`'s bytes may be stored at `to`: a chunk's bytes are encoded for
+    /// its own array, so onto a chunk key they go only within it (anything else is a file).
+    pub fn may_copy_to(&self, node: &Node, to: &Target) -> bool {
+        match (&node.source, &to.0) {
+            (Source::Chunk { array, .. }, Dest::Chunk { node: dest, .. }) => Arc::ptr_eq(array, &dest.array),
+            _ => true,
+        }
+    }
+
     /// Whether `node` is a chunk of the array whose directory holds `at` (it may then be kept
     /// under that name by the mount until renamed back onto a chunk key).
     pub fn is_chunk_of_array_at(&self, node: &Node, at: &Located) -> bool {
