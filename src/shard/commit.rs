@@ -181,9 +181,8 @@ impl ShardedArray {
     pub fn chunks_in_shard_of(&self, coords: &[u64]) -> u64 {
         (0..self.ndim().min(coords.len()))
             .map(|d| {
-                let k = self.per_shard[d];
-                let lo = coords[d] / k * k;
-                lo.saturating_add(k).min(self.inner_grid[d]).saturating_sub(lo)
+                let covered = self.covered(d, self.shard_of(d, coords[d]));
+                covered.end - covered.start
             })
             .product()
     }
@@ -243,7 +242,8 @@ impl ShardedArray {
 
     /// Apply changes to one stored shard: read it, repack, replace it if unchanged meanwhile.
     pub async fn commit_shard(&self, shard_key: &str, changes: &[Change]) -> Result<(), ShardError> {
-        let levels = &self.layout.levels;
+        let levels = self.levels_of_key(shard_key)?;
+        let levels = levels.as_ref();
         for attempt in 0..COMMIT_ATTEMPTS {
             let current = self.store.get(shard_key, GetOptions::default()).await?;
             let (mut content, condition) = match &current {

@@ -113,7 +113,31 @@ fn restore_sharding(written: &mut Map<String, Value>, view: &Value, stored: &Val
             written.insert(field.to_string(), v.clone());
         }
     }
-    Ok(())
+    fit_rectilinear(written)
+}
+
+/// A document with a stored rectilinear grid: its grid grown to the written shape when that
+/// needs more shard edges (`rect_resize`), or "shape" when none can be added.
+fn fit_rectilinear(doc: &mut Map<String, Value>) -> Result<(), &'static str> {
+    let Some(grid) = doc.get("chunk_grid") else {
+        return Ok(());
+    };
+    if grid.get("name").and_then(Value::as_str) != Some("rectilinear") {
+        return Ok(());
+    }
+    let shape: Vec<u64> = match doc.get("shape").and_then(Value::as_array) {
+        Some(dims) => dims.iter().map(Value::as_u64).collect::<Option<_>>().ok_or("shape")?,
+        None => return Err("shape"),
+    };
+    let codecs = doc.get("codecs").cloned().unwrap_or(Value::Null);
+    match crate::zarr::rect_resize::fit_grid(grid, &codecs, &shape) {
+        Ok(None) => Ok(()),
+        Ok(Some(grown)) => {
+            doc.insert("chunk_grid".into(), grown);
+            Ok(())
+        }
+        Err(_) => Err("shape"),
+    }
 }
 
 /// The stored document for a written view document of a sharded array, or `None` when nothing
