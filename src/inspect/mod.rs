@@ -242,6 +242,16 @@ async fn count_unsharded(store: &Arc<dyn Store>, dir: &str, r: &mut ArrayReport)
     }
 }
 
+impl ArrayReport {
+    /// The stored shards' edges when they vary (a sharded array on a rectilinear grid, whose
+    /// `shard_shape` is then its first shard's): the grid's `chunk_shapes` as stored.
+    fn shard_edges(&self) -> Option<&Value> {
+        self.shard_shape.as_ref()?;
+        self.meta.rectilinear.as_ref()?;
+        self.meta.raw.pointer("/chunk_grid/configuration/chunk_shapes")
+    }
+}
+
 impl Report {
     fn add_group(&mut self, path: &str, layout: &'static str) {
         self.groups.push(path.to_string());
@@ -260,6 +270,7 @@ impl Report {
                     "data_type": a.meta.data_type,
                     "chunk_shape": a.chunk_shape,
                     "shard_shape": a.shard_shape,
+                    "shard_edges": a.shard_edges(),
                     "codecs": a.codecs,
                     "sharded": a.shard_shape.is_some(),
                     "shards": a.shards,
@@ -290,7 +301,11 @@ impl Report {
             out.push_str(&format!("  shape       {:?}  {}\n", a.meta.shape, a.meta.data_type));
             match &a.shard_shape {
                 Some(shard) => {
-                    out.push_str(&format!("  shards      {:?}  ({} stored)\n", shard, a.shards));
+                    let shard = match a.shard_edges() {
+                        Some(edges) => format!("rectilinear {edges}"),
+                        None => format!("{shard:?}"),
+                    };
+                    out.push_str(&format!("  shards      {shard}  ({} stored)\n", a.shards));
                     out.push_str(&format!(
                         "  chunks      {:?}  ({} non-empty)\n",
                         a.chunk_shape, a.inner_chunks

@@ -3,7 +3,7 @@
 A sharded array whose shard edges vary (`chunks=(8, 8), shards=[[16, 24, 24], [24, 24]]`) is
 shown unsharded as a regular grid of its 8x8 inner chunks: zarr-python 3.1 and tensorstore
 read it through the mount, zarr 2.18 through `--view v2`, exactly as zarr-python 3.4 reads the
-sharded original; `cp -r` of the view is a regular unsharded array; writes through the view
+sharded original (GDAL too, when installed); `cp -r` of the view is a regular unsharded array; writes through the view
 (zarr-python 3.1, into existing shards and a new one) and a resize read back from the sharded
 store with zarr-python 3.4, its grid kept (grown by one aligned edge when resized past it). An
 unsharded rectilinear array, and a sharded one whose shard edges are not multiples of its inner
@@ -181,6 +181,14 @@ def test_zarr_218_and_zarr_3_read_the_v2_view(mounter, written, tmp_path):
         assert_same_array(np.load(out / f"{name}.npy"), expected[name], f"{name} by zarr 2.18")
     # The arrays shown as stored cannot be described in v2: left out of that view.
     assert not v2view.path("unsharded/.zarray").exists()
+    if shutil.which("gdal_translate"):
+        for name in SHARDED:
+            out = tmp_path / f"{name}.envi"
+            res = subprocess.run(["gdal_translate", "-q", "-of", "ENVI", str(v2view.path(name)), str(out)],
+                                 capture_output=True, text=True, timeout=120)
+            assert res.returncode == 0, f"gdal_translate {name}: {res.stderr}"
+            got = np.fromfile(out, dtype="<i4").reshape(expected[name].shape)
+            assert_same_array(got, expected[name], f"{name} by GDAL")
 
 
 def test_cp_r_of_the_view_is_a_regular_unsharded_array(mounter, written, tmp_path):
@@ -215,6 +223,9 @@ def test_arrays_that_cannot_be_unsharded_are_shown_as_stored_and_inspect_says_wh
         a = arrays[name]
         assert a["sharded"] and a["problems"] == [] and a["chunk_shape"] == [8, 8], a
     assert arrays["sharded"]["shards"] == 6 and arrays["sparse"]["shards"] == 1
+    assert arrays["sharded"]["shard_edges"] == [[16, [24, 2]], [[24, 2]]]
+    text = run_zarrfs(zarrfs_bin, "inspect", root).stdout
+    assert "shards      rectilinear [[16,[24,2]],[[24,2]]]  (6 stored)" in text, text
     assert arrays["sharded"]["inner_chunks"] == 8 * 6 - 1
 
 
