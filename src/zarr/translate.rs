@@ -224,6 +224,39 @@ mod tests {
     }
 
     #[test]
+    fn a_rectilinear_grid_is_kept_or_grown_never_lost() {
+        let grid =
+            |shapes: Value| json!({"name": "rectilinear", "configuration": {"kind": "inline", "chunk_shapes": shapes}});
+        let sharding = json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [8]}}]);
+        let inner = json!([{"name": "bytes"}]);
+        let doc = |shape: u64, chunk_grid: Value, codecs: &Value| {
+            serde_json::to_vec(&json!({"zarr_format": 3, "node_type": "array", "shape": [shape],
+                "data_type": "uint8", "chunk_grid": chunk_grid, "codecs": codecs, "fill_value": 0}))
+            .unwrap()
+        };
+        let regular = json!({"name": "regular", "configuration": {"chunk_shape": [8]}});
+        let stored = doc(64, grid(json!([[16, [24, 2]]])), &sharding);
+        let view = doc(64, regular.clone(), &inner);
+        let out = |written: &[u8]| -> Value {
+            serde_json::from_slice(&translate_array(&stored, &view, written).unwrap().unwrap()).unwrap()
+        };
+        assert_eq!(
+            out(&doc(40, regular.clone(), &inner))["chunk_grid"],
+            grid(json!([[16, [24, 2]]]))
+        );
+        assert_eq!(
+            out(&doc(70, regular.clone(), &inner))["chunk_grid"],
+            grid(json!([[16, [24, 2], 8]]))
+        );
+        // No inner chunk shape to align a new edge to: the resize cannot be expressed.
+        let stored = doc(64, grid(json!([[16, [24, 2]]])), &json!([{"name": "sharding_indexed"}]));
+        assert_eq!(
+            translate_array(&stored, &view, &doc(70, regular, &inner)),
+            Err(Refusal::ChangesSharding("shape"))
+        );
+    }
+
+    #[test]
     fn other_chunk_shapes_or_codecs_are_refused() {
         let stored = doc(16, 8, json!([{"name": "sharding_indexed"}]), json!({}));
         let view = doc(16, 4, json!([{"name": "bytes"}]), json!({}));
