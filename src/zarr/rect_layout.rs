@@ -309,4 +309,38 @@ mod tests {
         }
         assert_eq!(l.shard_axes().unwrap()[0].find(4), Some((1, 4, 6)));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn random_edges_place_every_inner_chunk_once(
+            edges in proptest::collection::vec(proptest::collection::vec((1u64..4, 1u64..3), 1..4), 2..=2),
+            inner in proptest::collection::vec(1u64..4, 2..=2),
+        ) {
+            // Edges in multiples of the inner chunk edge, as runs [k * inner, count].
+            let specs: Vec<Value> = edges.iter().zip(&inner).map(|(runs, &c)| {
+                Value::Array(runs.iter().map(|&(k, n)| json!([k * c, n])).collect())
+            }).collect();
+            let sums: Vec<u64> = edges.iter().zip(&inner).map(|(runs, &c)| runs.iter().map(|(k, n)| k * c * n).sum()).collect();
+            let meta = rect_meta(json!(sums), json!(specs), json!([sharding(json!(inner), bytes_zstd())]));
+            let Sharding::Sharded(l) = analyse(&meta) else { panic!("{:?}", analyse(&meta)) };
+            let grid: Vec<u64> = sums.iter().zip(&inner).map(|(s, c)| s / c).collect();
+            let mut seen = std::collections::HashSet::new();
+            for y in 0..grid[0] {
+                for x in 0..grid[1] {
+                    let loc = l.locate(&[y, x]).unwrap();
+                    let level = l.level0(&loc.shard_coords).unwrap();
+                    proptest::prop_assert!(loc.per_level_index[0] < level.num_chunks());
+                    proptest::prop_assert!(seen.insert((loc.shard_coords.clone(), loc.per_level_index.clone())));
+                    proptest::prop_assert_eq!(l.inner_coords(&loc.shard_coords, &loc.per_level_index), Some(vec![y, x]));
+                }
+            }
+            let axes = l.shard_axes().unwrap();
+            let shards: u64 = axes.iter().zip(&grid).map(|(a, &g)| a.count_covering(g)).product();
+            let chunks: u64 = (0..shards).map(|i| {
+                let s = crate::zarr::grid::c_order_coords(i, &[axes[0].count_covering(grid[0]), axes[1].count_covering(grid[1])]).unwrap();
+                l.level0(&s).unwrap().num_chunks()
+            }).sum();
+            proptest::prop_assert_eq!(chunks, grid[0] * grid[1]);
+        }
+    }
 }
