@@ -3,7 +3,7 @@
 A sharded array whose shard edges vary (`chunks=(8, 8), shards=[[16, 24, 24], [24, 24]]`) is
 shown unsharded as a regular grid of its 8x8 inner chunks: zarr-python 3.1 and tensorstore
 read it through the mount, zarr 2.18 through `--view v2`, exactly as zarr-python 3.4 reads the
-sharded original (GDAL too, when installed); `cp -r` of the view is a regular unsharded array; writes through the view
+sharded original (GDAL too, when installed; shard indexes at the end and at the start); `cp -r` of the view is a regular unsharded array; writes through the view
 (zarr-python 3.1, into existing shards and a new one) and a resize read back from the sharded
 store with zarr-python 3.4, its grid kept (grown by one aligned edge when resized past it). An
 unsharded rectilinear array, and a sharded one whose shard edges are not multiples of its inner
@@ -36,7 +36,7 @@ if not os.access(ZARR34, os.X_OK):
     pytest.skip(f"zarr-python 3.4 not found at {ZARR34} (set ZARR34_PYTHON, or run "
                 "scripts/setup.sh --test)", allow_module_level=True)
 
-SHARDED = ["sharded", "sparse", "overhang"]
+SHARDED = ["sharded", "sparse", "overhang", "start"]
 AS_STORED = ["unsharded", "odd"]
 
 WRITE = r"""
@@ -55,6 +55,9 @@ s[0:16, 0:24] = 7                               # only shard (0, 0) exists
 o = make("overhang", (64, 48), chunks=(8, 8), shards=[[16, 24, 24], [24, 24]])
 o[:] = np.arange(64 * 48, dtype="int32").reshape(64, 48) * 3
 o.resize((60, 44))                              # the grid overhangs the shape
+t = g.create_array("start", shape=(64, 48), dtype="int16", fill_value=0, chunks=(8, 8),
+                   shards={"shape": [[16, 24, 24], [24, 24]], "index_location": "start"})
+t[:] = (np.arange(64 * 48).reshape(64, 48) % 30000).astype("int16")
 u = make("unsharded", (30, 20), chunks=[[10, 5, 15], [20]])
 u[:] = np.arange(600, dtype="int32").reshape(30, 20)
 d = make("odd", (30, 20), chunks=(10, 10), shards=(20, 20))
@@ -128,6 +131,8 @@ def test_zarr_34_writes_what_the_view_expects(written):
     assert sorted(os.listdir(root / "sharded" / "c")) == ["0", "1", "2"]
     assert expected["sharded"][0, 8] == -1 and expected["sharded"][63, 47] == 64 * 48 - 1
     assert expected["overhang"].shape == (60, 44)
+    start = json.loads((root / "start" / "zarr.json").read_bytes())["codecs"][0]["configuration"]
+    assert start["index_location"] == "start"
 
 
 def test_readers_read_the_unsharded_view_as_zarr_34_reads_the_shards(mounter, written):
@@ -187,7 +192,7 @@ def test_zarr_218_and_zarr_3_read_the_v2_view(mounter, written, tmp_path):
             res = subprocess.run(["gdal_translate", "-q", "-of", "ENVI", str(v2view.path(name)), str(out)],
                                  capture_output=True, text=True, timeout=120)
             assert res.returncode == 0, f"gdal_translate {name}: {res.stderr}"
-            got = np.fromfile(out, dtype="<i4").reshape(expected[name].shape)
+            got = np.fromfile(out, dtype=expected[name].dtype.newbyteorder("<")).reshape(expected[name].shape)
             assert_same_array(got, expected[name], f"{name} by GDAL")
 
 
