@@ -243,12 +243,21 @@ async fn count_unsharded(store: &Arc<dyn Store>, dir: &str, r: &mut ArrayReport)
 }
 
 impl ArrayReport {
-    /// The stored shards' edges when they vary (a sharded array on a rectilinear grid, whose
-    /// `shard_shape` is then its first shard's): the grid's `chunk_shapes` as stored.
-    fn shard_edges(&self) -> Option<&Value> {
-        self.shard_shape.as_ref()?;
+    /// The stored grid's edges when they vary (a rectilinear grid, whose `shard_shape` or, not
+    /// sharded, `chunk_shape` is then its first chunk's): its `chunk_shapes` as stored.
+    fn stored_edges(&self) -> Option<&Value> {
         self.meta.rectilinear.as_ref()?;
         self.meta.raw.pointer("/chunk_grid/configuration/chunk_shapes")
+    }
+
+    /// The stored shards' edges of a sharded array on a rectilinear grid.
+    fn shard_edges(&self) -> Option<&Value> {
+        self.shard_shape.as_ref().and(self.stored_edges())
+    }
+
+    /// The stored chunks' edges of an array on a rectilinear grid shown as stored.
+    fn chunk_edges(&self) -> Option<&Value> {
+        self.shard_shape.is_none().then(|| self.stored_edges()).flatten()
     }
 }
 
@@ -271,6 +280,7 @@ impl Report {
                     "chunk_shape": a.chunk_shape,
                     "shard_shape": a.shard_shape,
                     "shard_edges": a.shard_edges(),
+                    "chunk_edges": a.chunk_edges(),
                     "codecs": a.codecs,
                     "sharded": a.shard_shape.is_some(),
                     "shards": a.shards,
@@ -311,10 +321,16 @@ impl Report {
                         a.chunk_shape, a.inner_chunks
                     ));
                 }
-                None => out.push_str(&format!(
-                    "  chunks      {:?}  ({} stored, not sharded)\n",
-                    a.chunk_shape, a.inner_chunks
-                )),
+                None => {
+                    let chunks = match a.chunk_edges() {
+                        Some(edges) => format!("rectilinear {edges}"),
+                        None => format!("{:?}", a.chunk_shape),
+                    };
+                    out.push_str(&format!(
+                        "  chunks      {chunks}  ({} stored, not sharded)\n",
+                        a.inner_chunks
+                    ))
+                }
             }
             out.push_str(&format!("  codecs      {}\n", a.codecs.join(", ")));
             for p in &a.problems {

@@ -231,6 +231,8 @@ def test_arrays_that_cannot_be_unsharded_are_shown_as_stored_and_inspect_says_wh
     assert arrays["sharded"]["shard_edges"] == [[16, [24, 2]], [[24, 2]]]
     text = run_zarrfs(zarrfs_bin, "inspect", root).stdout
     assert "shards      rectilinear [[16,[24,2]],[[24,2]]]  (6 stored)" in text, text
+    assert arrays["unsharded"]["chunk_edges"] == [[10, 5, 15], [20]] and arrays["unsharded"]["inner_chunks"] == 3
+    assert "chunks      rectilinear [[10,5,15],[20]]  (3 stored, not sharded)" in text, text
     assert arrays["sharded"]["inner_chunks"] == 8 * 6 - 1
 
 
