@@ -96,6 +96,7 @@ pub fn zarr_json(data: &[u8]) {
                         matches!(back, Ok(None)),
                         "the view's own document translates to no change"
                     );
+                    locate_round_trip(&meta, &layout);
                     (layout.inner_chunk_shape.clone(), layout.inner_codecs.clone())
                 }
                 _ => (meta.chunk_shape.clone(), meta.codecs.clone()),
@@ -111,6 +112,38 @@ pub fn zarr_json(data: &[u8]) {
             let _ = rewrite_group(&raw, &|_| false);
         }
         Err(_) => {}
+    }
+}
+
+/// The first and last inner chunks of the view's grid (and one in the middle) are found in a
+/// stored shard whose level holds their index, and map back to themselves: the arithmetic of
+/// regular and rectilinear shard grids alike.
+fn locate_round_trip(meta: &crate::zarr::metadata::ArrayMetadata, layout: &crate::zarr::sharding::ShardLayout) {
+    let Ok(grid) = crate::zarr::grid::grid_shape(&meta.shape, &layout.inner_chunk_shape) else {
+        return;
+    };
+    if grid.contains(&0) {
+        return;
+    }
+    let corners = [
+        vec![0; grid.len()],
+        grid.iter().map(|g| g / 2).collect(),
+        grid.iter().map(|g| g - 1).collect::<Vec<u64>>(),
+    ];
+    for coords in corners {
+        let Some(loc) = layout.locate(&coords) else {
+            continue;
+        };
+        let level = layout.level0(&loc.shard_coords).expect("a located shard has a level");
+        assert!(
+            loc.per_level_index[0] < level.num_chunks(),
+            "index entry inside its shard"
+        );
+        assert_eq!(
+            layout.inner_coords(&loc.shard_coords, &loc.per_level_index),
+            Some(coords),
+            "a located chunk maps back"
+        );
     }
 }
 

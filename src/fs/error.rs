@@ -159,19 +159,22 @@ impl FsError {
         }
     }
 
-    /// Whether this is a failure worth a warning rather than an expected outcome.
+    /// Whether this is a failure worth a warning rather than an expected outcome. A name's
+    /// file replaced since the kernel looked it up is a race the kernel resolves by looking
+    /// again.
     fn is_loud(&self) -> bool {
-        matches!(
-            self.errno(),
-            libc::EIO
-                | libc::ESTALE
-                | libc::EACCES
-                | libc::ENOSPC
-                | libc::EDQUOT
-                | libc::EMFILE
-                | libc::ENFILE
-                | libc::ELOOP
-        )
+        !matches!(self, FsError::Replaced)
+            && matches!(
+                self.errno(),
+                libc::EIO
+                    | libc::ESTALE
+                    | libc::EACCES
+                    | libc::ENOSPC
+                    | libc::EDQUOT
+                    | libc::EMFILE
+                    | libc::ENFILE
+                    | libc::ELOOP
+            )
     }
 }
 

@@ -181,12 +181,14 @@ impl Fs {
         e.errno()
     }
 
-    /// The path of `ino`: ENOENT once its name was removed through this mount (a name now
-    /// leads to another inode, or none).
+    /// The path of `ino`; none once its name was removed through this mount (the name now
+    /// leads to another inode, or none): ESTALE, on which the kernel looks the path up again
+    /// (an open or a stat that raced a rename onto the name then finds the new file, one that
+    /// raced an unlink ENOENT).
     fn path_of(&self, ino: u64) -> FsResult<Arc<str>> {
         match self.inodes.name(ino) {
             Name::Path(path) => Ok(path),
-            Name::Unlinked => Err(FsError::NotFound),
+            Name::Unlinked => Err(FsError::Replaced),
             Name::Unknown => Err(FsError::BadHandle),
         }
     }

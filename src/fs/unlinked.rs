@@ -9,7 +9,8 @@
 //! - a reader keeps the whole file it had open, read before the name's stored bytes go (see
 //!   [`View::keep_whole`](crate::view::View::keep_whole));
 //! - the kernel's GETATTR of such an inode (which carries no handle) is answered from one of
-//!   its open handles, with no link (`st_nlink` 0), and is ENOENT once none is open.
+//!   its open handles, with no link (`st_nlink` 0); once none is open it is ESTALE, as every
+//!   request naming the inode is (see `Fs::path_of`): the kernel looks the path up again.
 //!
 //! [`WriteFile`]: super::handles::WriteFile
 
@@ -35,7 +36,7 @@ impl Fs {
     /// Attributes of an inode whose name was removed, from a handle still open on it.
     pub(super) async fn unlinked_attr(&self, ino: u64) -> FsResult<Attr> {
         let open = self.files.find(|h| h.ino() == ino);
-        let handle = open.first().ok_or(FsError::NotFound)?;
+        let handle = open.first().ok_or(FsError::Replaced)?;
         let mut attr = match &**handle {
             FileHandle::Read(r) => self.attr(ino, r.file.node()),
             FileHandle::Write(w) => {

@@ -242,6 +242,25 @@ async fn count_unsharded(store: &Arc<dyn Store>, dir: &str, r: &mut ArrayReport)
     }
 }
 
+impl ArrayReport {
+    /// The stored grid's edges when they vary (a rectilinear grid, whose `shard_shape` or, not
+    /// sharded, `chunk_shape` is then its first chunk's): its `chunk_shapes` as stored.
+    fn stored_edges(&self) -> Option<&Value> {
+        self.meta.rectilinear.as_ref()?;
+        self.meta.raw.pointer("/chunk_grid/configuration/chunk_shapes")
+    }
+
+    /// The stored shards' edges of a sharded array on a rectilinear grid.
+    fn shard_edges(&self) -> Option<&Value> {
+        self.shard_shape.as_ref().and(self.stored_edges())
+    }
+
+    /// The stored chunks' edges of an array on a rectilinear grid shown as stored.
+    fn chunk_edges(&self) -> Option<&Value> {
+        self.shard_shape.is_none().then(|| self.stored_edges()).flatten()
+    }
+}
+
 impl Report {
     fn add_group(&mut self, path: &str, layout: &'static str) {
         self.groups.push(path.to_string());
@@ -260,6 +279,8 @@ impl Report {
                     "data_type": a.meta.data_type,
                     "chunk_shape": a.chunk_shape,
                     "shard_shape": a.shard_shape,
+                    "shard_edges": a.shard_edges(),
+                    "chunk_edges": a.chunk_edges(),
                     "codecs": a.codecs,
                     "sharded": a.shard_shape.is_some(),
                     "shards": a.shards,
@@ -290,16 +311,26 @@ impl Report {
             out.push_str(&format!("  shape       {:?}  {}\n", a.meta.shape, a.meta.data_type));
             match &a.shard_shape {
                 Some(shard) => {
-                    out.push_str(&format!("  shards      {:?}  ({} stored)\n", shard, a.shards));
+                    let shard = match a.shard_edges() {
+                        Some(edges) => format!("rectilinear {edges}"),
+                        None => format!("{shard:?}"),
+                    };
+                    out.push_str(&format!("  shards      {shard}  ({} stored)\n", a.shards));
                     out.push_str(&format!(
                         "  chunks      {:?}  ({} non-empty)\n",
                         a.chunk_shape, a.inner_chunks
                     ));
                 }
-                None => out.push_str(&format!(
-                    "  chunks      {:?}  ({} stored, not sharded)\n",
-                    a.chunk_shape, a.inner_chunks
-                )),
+                None => {
+                    let chunks = match a.chunk_edges() {
+                        Some(edges) => format!("rectilinear {edges}"),
+                        None => format!("{:?}", a.chunk_shape),
+                    };
+                    out.push_str(&format!(
+                        "  chunks      {chunks}  ({} stored, not sharded)\n",
+                        a.inner_chunks
+                    ))
+                }
             }
             out.push_str(&format!("  codecs      {}\n", a.codecs.join(", ")));
             for p in &a.problems {

@@ -19,7 +19,8 @@ use crate::store::{Store, StoreError, Version};
 use crate::zarr::grid::grid_shape;
 use crate::zarr::key_encoding::ChunkKeyEncoding;
 use crate::zarr::metadata::ArrayMetadata;
-use crate::zarr::sharding::ShardLayout;
+use crate::zarr::rectilinear::EdgeAxis;
+use crate::zarr::sharding::{ShardLayout, ShardLevel};
 
 /// How many times a read re-locates a chunk whose shard changed under it.
 const VERSION_RETRIES: usize = 3;
@@ -92,8 +93,9 @@ pub struct ShardedArray {
     pub(super) encoding: ChunkKeyEncoding,
     /// Inner chunks per dimension of the view (ceil(shape / inner chunk shape)).
     pub(super) inner_grid: Vec<u64>,
-    /// Inner chunks per stored shard, per dimension.
-    pub(super) per_shard: Vec<u64>,
+    /// The stored shards along each dimension, in inner chunks (regular, or a rectilinear
+    /// grid's edges over the inner chunk's).
+    pub(super) shards: Vec<EdgeAxis>,
     pub(super) cache: Arc<IndexCache>,
     pub(super) options: ShardOptions,
     pub(super) commits: super::commit::CommitQueues,
@@ -123,8 +125,7 @@ impl ShardedArray {
             why,
         };
         let inner_grid = grid_shape(&meta.shape, &layout.inner_chunk_shape).map_err(bad)?;
-        let shard_shape = &layout.levels.first().ok_or_else(|| bad_layout(&prefix))?.shard_shape;
-        let per_shard = grid_shape(shard_shape, &layout.inner_chunk_shape).map_err(bad)?;
+        let shards = layout.shard_axes().ok_or_else(|| bad_layout(&prefix))?;
         let store: Arc<dyn Store> = if layout.outer_codecs.is_empty() {
             store
         } else {
@@ -143,7 +144,7 @@ impl ShardedArray {
             layout,
             encoding: meta.chunk_key_encoding,
             inner_grid,
-            per_shard,
+            shards,
             cache,
             options,
             commits: Default::default(),
@@ -186,6 +187,51 @@ impl ShardedArray {
     /// The store key of the shard with these shard-grid coordinates.
     pub fn shard_key(&self, shard_coords: &[u64]) -> String {
         format!("{}{}", self.prefix, self.encoding.encode(shard_coords))
+    }
+
+    /// Stored shards along dimension `d` that hold chunks of the view's grid.
+    pub(super) fn shards_along(&self, d: usize) -> u64 {
+        match (self.shards.get(d), self.inner_grid.get(d)) {
+            (Some(axis), Some(&g)) => axis.count_covering(g),
+            _ => 0,
+        }
+    }
+
+    /// The shard along dimension `d` holding inner coordinate `i` (`u64::MAX` past the edges).
+    pub(super) fn shard_of(&self, d: usize, i: u64) -> u64 {
+        self.shards
+            .get(d)
+            .and_then(|a| a.find(i))
+            .map_or(u64::MAX, |(s, _, _)| s)
+    }
+
+    /// The inner coordinates along dimension `d` that shard `s` spans (not clipped to the grid).
+    pub(super) fn span(&self, d: usize, s: u64) -> std::ops::Range<u64> {
+        match self.shards.get(d).and_then(|a| a.chunk(s)) {
+            Some((start, edge)) => start..start.saturating_add(edge),
+            None => u64::MAX..u64::MAX,
+        }
+    }
+
+    /// The levels of the stored shard at `shard_key`: the layout's, or on a rectilinear grid
+    /// with that shard's own outermost level (its index shape).
+    pub(super) fn levels_of_key(&self, shard_key: &str) -> Result<std::borrow::Cow<'_, [ShardLevel]>, ShardError> {
+        if self.layout.rectilinear.is_none() {
+            return Ok(std::borrow::Cow::Borrowed(&self.layout.levels));
+        }
+        shard_key
+            .strip_prefix(&self.prefix)
+            .and_then(|rel| self.encoding.decode(rel, self.ndim()))
+            .and_then(|coords| self.layout.levels_of(&coords))
+            .ok_or_else(|| ShardError::OutsideGrid {
+                key: shard_key.to_string(),
+            })
+    }
+
+    /// The outermost level of the stored shard at `shard_key` (see [`levels_of_key`](Self::levels_of_key)).
+    pub(super) fn top_level(&self, shard_key: &str) -> Result<ShardLevel, ShardError> {
+        let levels = self.levels_of_key(shard_key)?;
+        levels.first().cloned().ok_or_else(|| bad_layout(&self.prefix))
     }
 
     /// Where the inner chunk at `coords` is stored; `None` when it is outside the grid, its

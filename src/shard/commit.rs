@@ -194,9 +194,8 @@ impl ShardedArray {
     pub fn chunks_in_shard_of(&self, coords: &[u64]) -> u64 {
         (0..self.ndim().min(coords.len()))
             .map(|d| {
-                let k = self.per_shard[d];
-                let lo = coords[d] / k * k;
-                lo.saturating_add(k).min(self.inner_grid[d]).saturating_sub(lo)
+                let covered = self.covered(d, self.shard_of(d, coords[d]));
+                covered.end - covered.start
             })
             .product()
     }
@@ -263,7 +262,8 @@ impl ShardedArray {
     /// [`ShardError::Exists`] if any changed chunk holds something in the version read.
     async fn rewrite_shard(&self, shard_key: &str, changes: &[Change], only_new: bool) -> Result<(), ShardError> {
         self.written.store(true, std::sync::atomic::Ordering::Relaxed);
-        let levels = &self.layout.levels;
+        let levels = self.levels_of_key(shard_key)?;
+        let levels = levels.as_ref();
         for attempt in 0..COMMIT_ATTEMPTS {
             let current = self.store.get(shard_key, GetOptions::default()).await?;
             let (mut content, condition) = match &current {

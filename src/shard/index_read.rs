@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::array::bad_layout;
 use super::index_cache::{CachedIndex, IndexKey};
 use super::{Corruption, ShardError, ShardedArray};
 use crate::store::{ByteRange, GetOptions, ObjectMeta};
@@ -99,11 +98,9 @@ impl ShardedArray {
         if !ahead {
             super::ShardStats::add(&self.options.stats.index_misses);
         }
-        let Some(level) = self.layout.levels.first() else {
-            return Err(bad_layout(&self.prefix));
-        };
+        let level = self.top_level(shard_key)?;
         let since = self.cache.generation();
-        let Some(loaded) = self.load_top_index(shard_key, level, purpose).await? else {
+        let Some(loaded) = self.load_top_index(shard_key, &level, purpose).await? else {
             return Ok(None);
         };
         let loaded = Arc::new(loaded);

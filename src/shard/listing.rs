@@ -38,7 +38,7 @@ impl ShardedArray {
     }
 
     pub(super) fn shard_prefix_of(&self, prefix: &[u64]) -> Vec<u64> {
-        prefix.iter().zip(&self.per_shard).map(|(i, k)| i / k).collect()
+        prefix.iter().enumerate().map(|(d, &i)| self.shard_of(d, i)).collect()
     }
 
     fn prefix_in_grid(&self, prefix: &[u64]) -> bool {
@@ -46,10 +46,10 @@ impl ShardedArray {
     }
 
     /// The inner coordinates along `dim` that shard coordinate `s` covers, clipped to the grid.
-    fn covered(&self, dim: usize, s: u64) -> std::ops::Range<u64> {
-        let k = self.per_shard[dim];
-        let start = s.saturating_mul(k).min(self.inner_grid[dim]);
-        start..s.saturating_add(1).saturating_mul(k).min(self.inner_grid[dim])
+    pub(super) fn covered(&self, dim: usize, s: u64) -> std::ops::Range<u64> {
+        let grid = self.inner_grid.get(dim).copied().unwrap_or(0);
+        let span = self.span(dim, s);
+        span.start.min(grid)..span.end.min(grid)
     }
 
     /// Whether the chunk directory with these leading coordinates exists (`/` separators):
@@ -271,11 +271,7 @@ impl ShardedArray {
 
     /// The present inner chunks of one stored shard that lie inside the grid, in C order.
     pub async fn chunks_of_shard(&self, shard: &[u64]) -> Result<Vec<(Vec<u64>, ChunkLocation)>, ShardError> {
-        let lo: Vec<u64> = shard
-            .iter()
-            .zip(&self.per_shard)
-            .map(|(s, k)| s.saturating_mul(*k))
-            .collect();
+        let lo: Vec<u64> = (0..self.ndim()).map(|d| self.covered(d, shard[d]).start).collect();
         let hi: Vec<u64> = (0..self.ndim()).map(|d| self.covered(d, shard[d]).end).collect();
         let mut out = Vec::new();
         for coords in box_coords(&lo, &hi) {

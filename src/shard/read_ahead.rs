@@ -295,7 +295,7 @@ impl ShardedArray {
             dirs.push(shard_prefix.clone());
         }
         if let Some((last, lead)) = shard_prefix.split_last() {
-            let shards_along = self.inner_grid[lead.len()].div_ceil(self.per_shard[lead.len()].max(1));
+            let shards_along = self.shards_along(lead.len());
             for next in (last + 1..shards_along).take(NEXT_SHARD_DIRS as usize) {
                 let mut dir = lead.to_vec();
                 dir.push(next);

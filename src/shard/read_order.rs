@@ -35,11 +35,7 @@ pub(super) struct ReadOrder(Mutex<Option<(u64, u32)>>);
 impl ShardedArray {
     /// Shards per dimension of the grid.
     fn shard_grid(&self) -> Vec<u64> {
-        self.inner_grid
-            .iter()
-            .zip(&self.per_shard)
-            .map(|(&g, &k)| g.div_ceil(k.max(1)))
-            .collect()
+        (0..self.ndim()).map(|d| self.shards_along(d)).collect()
     }
 
     /// A read asks for the index of `shard_key`: read ahead if the reader goes in order.

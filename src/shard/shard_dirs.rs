@@ -150,11 +150,7 @@ impl ShardedArray {
     /// The box of shard coordinates of the grid whose leading coordinates are `shard_prefix`,
     /// and how many shards it holds.
     pub(super) fn probe_box(&self, shard_prefix: &[u64]) -> (Vec<u64>, Vec<u64>, u64) {
-        let grid = self
-            .inner_grid
-            .iter()
-            .zip(&self.per_shard)
-            .map(|(&g, &k)| g.div_ceil(k.max(1)));
+        let grid = (0..self.ndim()).map(|d| self.shards_along(d));
         let (mut lo, mut hi) = (
             shard_prefix.to_vec(),
             shard_prefix.iter().map(|c| c + 1).collect::<Vec<_>>(),

@@ -299,7 +299,7 @@ impl NodeCache {
         let layout = match analyse(&meta) {
             Sharding::None => return NodeInfo::Array,
             Sharding::Unsupported(reason) => {
-                tracing::warn!(key, %reason, "sharded array cannot be unsharded; shown as stored");
+                tracing::warn!(key, %reason, "array cannot be shown unsharded; shown as stored");
                 return NodeInfo::Array;
             }
             Sharding::Sharded(layout) => layout,

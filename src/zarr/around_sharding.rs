@@ -122,6 +122,7 @@ fn transposed(shard_shape: &[u64], t: &CodecSpec, shard: &CodecSpec) -> Result<S
         outer_codecs: Vec::new(),
         inner_chunk_shape: view_chunk,
         inner_codecs,
+        rectilinear: None,
     })
 }
 

@@ -234,6 +234,7 @@ pub fn parse_draft_array(bytes: &[u8]) -> Result<DraftArray, ZarrError> {
             outer_codecs: Vec::new(),
             inner_chunk_shape: chunk_shape.clone(),
             inner_codecs: draft_codecs(doc),
+            rectilinear: None,
         });
     }
     let stored_chunk_shape = match &sharding {
@@ -245,6 +246,7 @@ pub fn parse_draft_array(bytes: &[u8]) -> Result<DraftArray, ZarrError> {
             shape,
             data_type: doc.get("data_type").cloned().unwrap_or(Value::Null),
             chunk_shape: stored_chunk_shape,
+            rectilinear: None,
             chunk_key_encoding: ChunkKeyEncoding::Draft(separator),
             codecs: draft_codecs(doc),
             fill_value: doc.get("fill_value").cloned().unwrap_or(Value::Null),

@@ -56,6 +56,7 @@ pub fn parse_legacy_array(bytes: &[u8], v1: bool) -> Result<ArrayMetadata, ZarrE
         shape,
         data_type: doc.get("dtype").cloned().unwrap_or(Value::Null),
         chunk_shape,
+        rectilinear: None,
         chunk_key_encoding: ChunkKeyEncoding::V2(separator),
         codecs,
         fill_value: doc.get("fill_value").cloned().unwrap_or(Value::Null),

@@ -2,8 +2,10 @@
 //!
 //! An inner chunk is found by going through element space: its origin element
 //! is `e = inner * inner_chunk_shape`; the stored shard is `e / shard_shape`
-//! of level 0; at each level `L` the chunk within that level's shard is
-//! `(e mod shard_shape_L) / chunk_shape_L`, flattened in C order (the order of
+//! of level 0 (on a rectilinear grid, the shard whose edges hold `e`, see
+//! `rect_layout`), and `l` is `e`'s offset in it; at each level `L` the chunk
+//! within that level's shard is `(l mod shard_shape_L) / chunk_shape_L` (level
+//! 0 with the edges of that very shard), flattened in C order (the order of
 //! that level's index). Because each nested level's shard shape is the
 //! enclosing level's chunk shape, this walks down the nesting. The inverse
 //! sums each level's contribution back into element space. All arithmetic is
@@ -27,25 +29,20 @@ pub struct InnerLocation {
 impl ShardLayout {
     /// Locate the inner chunk at `inner_coords` (in the view's chunk grid).
     pub fn locate(&self, inner_coords: &[u64]) -> Option<InnerLocation> {
-        let first = self.levels.first()?;
         let ndim = self.inner_chunk_shape.len();
-        if inner_coords.len() != ndim || first.shard_shape.len() != ndim || self.inner_chunk_shape.contains(&0) {
+        if inner_coords.len() != ndim || self.inner_chunk_shape.contains(&0) {
             return None;
         }
         let element = mul_each(inner_coords, &self.inner_chunk_shape)?;
-        let shard_coords = element
-            .iter()
-            .zip(&first.shard_shape)
-            .map(|(&e, &s)| e.checked_div(s))
-            .collect::<Option<Vec<_>>>()?;
-        let per_level_index = self
-            .levels
-            .iter()
+        let (shard_coords, local) = self.shard_holding(&element)?;
+        let first = self.level0(&shard_coords)?;
+        let per_level_index = std::iter::once(first.as_ref())
+            .chain(self.levels.iter().skip(1))
             .map(|level| {
                 if level.shard_shape.len() != ndim || level.chunk_shape.len() != ndim {
                     return None;
                 }
-                let within = element
+                let within = local
                     .iter()
                     .zip(&level.shard_shape)
                     .zip(&level.chunk_shape)
@@ -63,12 +60,12 @@ impl ShardLayout {
     /// Inverse of [`locate`](Self::locate): stored shard coordinates plus one
     /// chunk index per level back to inner chunk coordinates.
     pub fn inner_coords(&self, shard_coords: &[u64], per_level_index: &[u64]) -> Option<Vec<u64>> {
-        let first = self.levels.first()?;
-        if per_level_index.len() != self.levels.len() {
+        let levels = self.levels_of(shard_coords)?;
+        if per_level_index.len() != levels.len() {
             return None;
         }
-        let mut element = mul_each(shard_coords, &first.shard_shape)?;
-        for (level, &index) in self.levels.iter().zip(per_level_index) {
+        let mut element = self.shard_start(shard_coords)?;
+        for (level, &index) in levels.iter().zip(per_level_index) {
             let within = level.within_of(index)?;
             let offset = mul_each(&within, &level.chunk_shape)?;
             if offset.len() != element.len() {

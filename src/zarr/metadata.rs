@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use crate::zarr::grid::{checked_product, grid_shape};
 use crate::zarr::json;
 use crate::zarr::key_encoding::ChunkKeyEncoding;
+use crate::zarr::rectilinear::RectilinearGrid;
 use crate::zarr::ZarrError;
 
 /// One entry of a `codecs` list.
@@ -90,8 +91,11 @@ pub enum NodeMetadata {
 pub struct ArrayMetadata {
     pub shape: Vec<u64>,
     pub data_type: Value,
-    /// Regular chunk grid's chunk shape (the shard shape when sharded).
+    /// Regular chunk grid's chunk shape (the shard shape when sharded). For a rectilinear
+    /// grid, the first chunk's edges: only [`rectilinear`](Self::rectilinear) describes it.
     pub chunk_shape: Vec<u64>,
+    /// The chunk grid when it is `rectilinear` (`None`: regular).
+    pub rectilinear: Option<RectilinearGrid>,
     pub chunk_key_encoding: ChunkKeyEncoding,
     pub codecs: Vec<CodecSpec>,
     pub fill_value: Value,
@@ -106,9 +110,13 @@ impl ArrayMetadata {
         self.shape.len()
     }
 
-    /// Number of chunks along each dimension of the stored chunk grid.
+    /// Number of chunks along each dimension of the stored chunk grid (of a rectilinear grid:
+    /// those holding elements of the array).
     pub fn grid_shape(&self) -> Result<Vec<u64>, ZarrError> {
-        grid_shape(&self.shape, &self.chunk_shape)
+        match &self.rectilinear {
+            Some(grid) => Ok(grid.grid_shape(&self.shape)),
+            None => grid_shape(&self.shape, &self.chunk_shape),
+        }
     }
 }
 
@@ -153,15 +161,17 @@ fn parse_array(doc: &Map<String, Value>, raw: Value) -> Result<ArrayMetadata, Za
         return Err(ZarrError::invalid("data_type", "must be a name string or an object"));
     }
 
-    let chunk_shape = parse_regular_grid(json::required(doc, "chunk_grid", "chunk_grid")?)?;
+    let (chunk_shape, rectilinear) = parse_grid(json::required(doc, "chunk_grid", "chunk_grid")?, &shape)?;
     if chunk_shape.len() != shape.len() {
         return Err(ZarrError::invalid(
             "chunk_grid.configuration.chunk_shape",
             format!("has {} dimensions but shape has {}", chunk_shape.len(), shape.len()),
         ));
     }
-    checked_product(&chunk_shape)?;
-    checked_product(&grid_shape(&shape, &chunk_shape)?)?;
+    if rectilinear.is_none() {
+        checked_product(&chunk_shape)?;
+        checked_product(&grid_shape(&shape, &chunk_shape)?)?;
+    }
 
     let chunk_key_encoding = match doc.get("chunk_key_encoding") {
         None => ChunkKeyEncoding::default(),
@@ -178,6 +188,7 @@ fn parse_array(doc: &Map<String, Value>, raw: Value) -> Result<ArrayMetadata, Za
         shape,
         data_type: data_type.clone(),
         chunk_shape,
+        rectilinear,
         chunk_key_encoding,
         codecs,
         fill_value,
@@ -186,17 +197,18 @@ fn parse_array(doc: &Map<String, Value>, raw: Value) -> Result<ArrayMetadata, Za
     })
 }
 
-/// The chunk shape of a `regular` chunk grid; other grids are `Unsupported`.
-fn parse_regular_grid(v: &Value) -> Result<Vec<u64>, ZarrError> {
+/// The chunk shape of a `regular` chunk grid, or the first edges and the whole grid of a
+/// `rectilinear` one; other grids are `Unsupported`.
+fn parse_grid(v: &Value, shape: &[u64]) -> Result<(Vec<u64>, Option<RectilinearGrid>), ZarrError> {
     let name = match v {
         Value::String(s) => s.as_str(),
         Value::Object(obj) => json::string(json::required(obj, "name", "chunk_grid.name")?, "chunk_grid.name")?,
         _ => return Err(ZarrError::invalid("chunk_grid", "must be an object")),
     };
-    if name != "regular" {
+    if name != "regular" && name != "rectilinear" {
         return Err(ZarrError::unsupported(
             "chunk_grid",
-            format!("chunk grid {name:?}, only \"regular\" is supported"),
+            format!("chunk grid {name:?}, only \"regular\" and \"rectilinear\" are supported"),
         ));
     }
     let config = match v.get("configuration") {
@@ -208,10 +220,15 @@ fn parse_regular_grid(v: &Value) -> Result<Vec<u64>, ZarrError> {
             ))
         }
     };
-    json::positive_u64_array(
+    if name == "rectilinear" {
+        let grid = RectilinearGrid::from_configuration(&Value::Object(config.clone()), shape)?;
+        return Ok((grid.first_edges(), Some(grid)));
+    }
+    let chunk_shape = json::positive_u64_array(
         json::required(config, "chunk_shape", "chunk_grid.configuration.chunk_shape")?,
         "chunk_grid.configuration.chunk_shape",
-    )
+    )?;
+    Ok((chunk_shape, None))
 }
 
 #[cfg(test)]
@@ -354,11 +371,12 @@ mod tests {
         invalid(&with("chunk_grid", json!({"name":"regular"})));
         invalid(&with("chunk_grid", json!("regular")));
         invalid(&with("chunk_grid", json!([50, 50])));
+        invalid(&with(
+            "chunk_grid",
+            json!({"name":"rectilinear","configuration":{"kind":"inline","chunk_shapes":[[50],[50]]}}),
+        ));
         assert!(matches!(
-            invalid(&with(
-                "chunk_grid",
-                json!({"name":"rectilinear","configuration":{"chunk_shapes":[[50],[50]]}})
-            )),
+            invalid(&with("chunk_grid", json!({"name":"varying","configuration":{}}))),
             ZarrError::Unsupported { .. }
         ));
         invalid(&with("codecs", json!([])));
@@ -374,6 +392,18 @@ mod tests {
         invalid(&without("shape"));
         invalid(&without("data_type"));
         invalid(&without("chunk_grid"));
+    }
+
+    #[test]
+    fn rectilinear_grids() {
+        let grid = json!({"name":"rectilinear","configuration":{"kind":"inline","chunk_shapes":[[30,[40,2]],50]}});
+        let NodeMetadata::Array(a) = parse_zarr_json(&with("chunk_grid", grid)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(a.chunk_shape, vec![30, 50]);
+        assert_eq!(a.grid_shape().unwrap(), vec![3, 2]);
+        assert!(a.rectilinear.is_some());
+        assert!(array(ZARR_PYTHON_SHARDED).rectilinear.is_none());
     }
 
     #[test]

@@ -18,13 +18,15 @@ use crate::zarr::consolidated::{declares_sharding, for_each_array_entry, unshard
 use crate::zarr::metadata::{parse_node, NodeMetadata};
 use crate::zarr::translate::{translate_array, Refusal};
 
-/// Whether `doc` is an array [`sharded_doc`] can pack: a v3 array with a regular grid, no
-/// sharding and no storage transformer; its dimensions if so.
+/// Whether `doc` is an array [`sharded_doc`] can pack: a v3 array with a regular grid (not a
+/// rectilinear one: its chunks have no one shape to pack), no sharding and no storage
+/// transformer; its dimensions if so.
 pub fn packable(doc: &Value) -> Option<usize> {
     let Ok(NodeMetadata::Array(meta)) = parse_node(doc.clone()) else {
         return None;
     };
-    (!declares_sharding(doc) && meta.storage_transformers.is_empty()).then(|| meta.ndim())
+    let regular = meta.rectilinear.is_none();
+    (!declares_sharding(doc) && meta.storage_transformers.is_empty() && regular).then(|| meta.ndim())
 }
 
 /// Whether to pack the array `doc` describes into shards of `shard_shape`: `Ok(true)` yes,

@@ -15,6 +15,7 @@
 use crate::zarr::grid::{c_order_coords, c_order_index, checked_product};
 use crate::zarr::json;
 use crate::zarr::metadata::{parse_codecs, ArrayMetadata, CodecSpec};
+use crate::zarr::rectilinear::RectilinearGrid;
 use crate::zarr::shard_index::{ShardIndex, MAX_CHUNKS_PER_SHARD};
 use crate::zarr::ZarrError;
 
@@ -295,6 +296,9 @@ pub struct ShardLayout {
     pub inner_chunk_shape: Vec<u64>,
     /// The innermost codecs: the view's codec chain.
     pub inner_codecs: Vec<CodecSpec>,
+    /// The stored shards' edges (in elements) when the array's grid is rectilinear; then
+    /// `levels[0]` is the first shard's level and [`ShardLayout::level0`] gives each shard's.
+    pub rectilinear: Option<RectilinearGrid>,
 }
 
 /// Outcome of [`analyse`].
@@ -316,6 +320,9 @@ pub enum Sharding {
 pub fn analyse(meta: &ArrayMetadata) -> Sharding {
     if !meta.storage_transformers.is_empty() {
         return Sharding::Unsupported("array uses storage transformers".into());
+    }
+    if let Some(grid) = &meta.rectilinear {
+        return crate::zarr::rect_layout::analyse_rectilinear(meta, grid);
     }
     let sharding_at = meta.codecs.iter().position(|c| c.name == SHARDING_CODEC);
     match (sharding_at, meta.codecs.as_slice()) {
@@ -346,6 +353,7 @@ pub(crate) fn unwrap_levels(shard_shape: &[u64], codec: &CodecSpec) -> Result<Sh
                     outer_codecs: Vec::new(),
                     inner_chunk_shape: config.chunk_shape,
                     inner_codecs: config.codecs,
+                    rectilinear: None,
                 })
             }
         }

@@ -113,7 +113,31 @@ fn restore_sharding(written: &mut Map<String, Value>, view: &Value, stored: &Val
             written.insert(field.to_string(), v.clone());
         }
     }
-    Ok(())
+    fit_rectilinear(written)
+}
+
+/// A document with a stored rectilinear grid: its grid grown to the written shape when that
+/// needs more shard edges (`rect_resize`), or "shape" when none can be added.
+fn fit_rectilinear(doc: &mut Map<String, Value>) -> Result<(), &'static str> {
+    let Some(grid) = doc.get("chunk_grid") else {
+        return Ok(());
+    };
+    if grid.get("name").and_then(Value::as_str) != Some("rectilinear") {
+        return Ok(());
+    }
+    let shape: Vec<u64> = match doc.get("shape").and_then(Value::as_array) {
+        Some(dims) => dims.iter().map(Value::as_u64).collect::<Option<_>>().ok_or("shape")?,
+        None => return Err("shape"),
+    };
+    let codecs = doc.get("codecs").cloned().unwrap_or(Value::Null);
+    match crate::zarr::rect_resize::fit_grid(grid, &codecs, &shape) {
+        Ok(None) => Ok(()),
+        Ok(Some(grown)) => {
+            doc.insert("chunk_grid".into(), grown);
+            Ok(())
+        }
+        Err(_) => Err("shape"),
+    }
 }
 
 /// The stored document for a written view document of a sharded array, or `None` when nothing
@@ -197,6 +221,39 @@ mod tests {
         assert!(translate_array(&stored, &view, &respelled).unwrap().is_some());
         let empty_config = doc(32, 4, json!([{"name": "bytes", "configuration": {}}]), json!({}));
         assert!(translate_array(&stored, &view, &empty_config).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_rectilinear_grid_is_kept_or_grown_never_lost() {
+        let grid =
+            |shapes: Value| json!({"name": "rectilinear", "configuration": {"kind": "inline", "chunk_shapes": shapes}});
+        let sharding = json!([{"name": "sharding_indexed", "configuration": {"chunk_shape": [8]}}]);
+        let inner = json!([{"name": "bytes"}]);
+        let doc = |shape: u64, chunk_grid: Value, codecs: &Value| {
+            serde_json::to_vec(&json!({"zarr_format": 3, "node_type": "array", "shape": [shape],
+                "data_type": "uint8", "chunk_grid": chunk_grid, "codecs": codecs, "fill_value": 0}))
+            .unwrap()
+        };
+        let regular = json!({"name": "regular", "configuration": {"chunk_shape": [8]}});
+        let stored = doc(64, grid(json!([[16, [24, 2]]])), &sharding);
+        let view = doc(64, regular.clone(), &inner);
+        let out = |written: &[u8]| -> Value {
+            serde_json::from_slice(&translate_array(&stored, &view, written).unwrap().unwrap()).unwrap()
+        };
+        assert_eq!(
+            out(&doc(40, regular.clone(), &inner))["chunk_grid"],
+            grid(json!([[16, [24, 2]]]))
+        );
+        assert_eq!(
+            out(&doc(70, regular.clone(), &inner))["chunk_grid"],
+            grid(json!([[16, [24, 2], 8]]))
+        );
+        // No inner chunk shape to align a new edge to: the resize cannot be expressed.
+        let stored = doc(64, grid(json!([[16, [24, 2]]])), &json!([{"name": "sharding_indexed"}]));
+        assert_eq!(
+            translate_array(&stored, &view, &doc(70, regular, &inner)),
+            Err(Refusal::ChangesSharding("shape"))
+        );
     }
 
     #[test]
