@@ -160,7 +160,7 @@ install_zarr34() {
     fi
     [ -x "$ZARR34_VENV/bin/python" ] || "$py" -m venv "$ZARR34_VENV"
     "$ZARR34_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ZARR34_REQS"
-    "$ZARR34_VENV/bin/python" -c 'import zarr, tensorstore, pytest, pytest_asyncio, hypothesis, xarray, dask; assert zarr.__version__.startswith("3.4.")'
+    "$ZARR34_VENV/bin/python" -c 'import zarr, tensorstore, pytest, pytest_asyncio, hypothesis, xarray, dask, boto3; assert zarr.__version__.startswith("3.4.")'
     echo "$want" > "$ZARR34_STAMP"
 }
 
