@@ -17,6 +17,7 @@ longer, randomized campaigns."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -78,9 +79,17 @@ def failures(junit: Path) -> dict[str, str]:
         for bad in list(case.findall("failure")) + list(case.findall("error")):
             module, *classes = case.get("classname", "").split(".")
             node = "::".join([f"{module}.py", *classes, case.get("name", "")])
-            message = (bad.get("message") or bad.text or "").strip().splitlines()
-            out[node] = " | ".join(message[:3])[:400]
+            message = " | ".join((bad.get("message") or bad.text or "").strip().splitlines()[:3])
+            if "hypothesis.errors.Flaky" in message:
+                # the replay did not fail alike: the first error is the one to read
+                first = next((m.group(1) for m in FIRST_ERROR.finditer(bad.text or "")
+                              if not m.group(1).startswith("hypothesis.")), None)
+                message = f"{first} (then on replay: {message})" if first else message
+            out[node] = message[:400]
     return out
+
+
+FIRST_ERROR = re.compile(r"^E\s+([\w.]+(?:Error|Exception|Exists|Found)\b.*)$", re.M)
 
 
 def report(result: dict) -> str:
