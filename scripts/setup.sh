@@ -9,7 +9,8 @@
 # (scripts/requirements-remote.txt in the same venv with its own stamp, azurite@3.35.0 in
 # $REPO/.cache/npm, nginx-light with the WebDAV ext module) and systemd-analyze, and the legacy
 # readers: zarr-python 2.18 in $REPO/.venv-legacy (scripts/requirements-legacy.txt, own stamp)
-# and GDAL (gdal-bin).
+# and GDAL (gdal-bin); and the newest zarr-python: zarr 3.4 in $REPO/.venv-zarr34 (Python 3.12
+# from pyenv, or $ZARR34_PYTHON; scripts/requirements-zarr34.txt, own stamp).
 # Idempotent: a second run does no network access and takes about a second.
 set -euo pipefail
 
@@ -70,7 +71,7 @@ install_venv() {
     fi
     say "installing pinned Python packages (scripts/requirements.txt)"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS"
-    "$VENV/bin/python" -c 'import zarr, tensorstore, numcodecs, crc32c, pytest, xarray, dask'
+    "$VENV/bin/python" -c 'import zarr, tensorstore, numcodecs, crc32c, pytest, xarray, dask, pytest_asyncio, hypothesis'
     echo "$want" > "$STAMP"
     say "venv ready"
 }
@@ -130,6 +131,39 @@ install_legacy() {
     echo "$want" > "$LEGACY_STAMP"
 }
 
+# --- the newest zarr-python (3.4: Python >= 3.12) ----------------------------------------------
+ZARR34_REQS="$REPO/scripts/requirements-zarr34.txt"
+ZARR34_VENV="$REPO/.venv-zarr34"
+ZARR34_STAMP="$ZARR34_VENV/.requirements.sha256"
+
+zarr34_python() {
+    local py
+    for py in "${ZARR34_PYTHON:-}" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python \
+              python3.12; do
+        [ -n "$py" ] && command -v "$py" >/dev/null 2>&1 && { command -v "$py"; return; }
+    done
+    echo "setup: error: no Python 3.12 for $ZARR34_VENV (set ZARR34_PYTHON)" >&2
+    return 1
+}
+
+install_zarr34() {
+    local py want
+    py=$(zarr34_python)
+    want=$({ sha256sum "$ZARR34_REQS"; "$py" --version; } | sha256sum | cut -d' ' -f1)
+    if [ -x "$ZARR34_VENV/bin/python" ] && [ -f "$ZARR34_STAMP" ] && [ "$(cat "$ZARR34_STAMP")" = "$want" ]; then
+        return
+    fi
+    say "installing zarr 3.4 (scripts/requirements-zarr34.txt) into $ZARR34_VENV ($py)"
+    if [ -x "$ZARR34_VENV/bin/python" ] \
+        && [ "$("$ZARR34_VENV/bin/python" --version)" != "$("$py" --version)" ]; then
+        rm -rf "$ZARR34_VENV"  # made by another interpreter: start again
+    fi
+    [ -x "$ZARR34_VENV/bin/python" ] || "$py" -m venv "$ZARR34_VENV"
+    "$ZARR34_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$ZARR34_REQS"
+    "$ZARR34_VENV/bin/python" -c 'import zarr, tensorstore, pytest, pytest_asyncio, hypothesis, xarray, dask, boto3; assert zarr.__version__.startswith("3.4.")'
+    echo "$want" > "$ZARR34_STAMP"
+}
+
 install_remote() {
     install_remote_debs
     install_remote_venv
@@ -142,5 +176,6 @@ install_venv
 if [ "${1:-}" = "--test" ]; then
     install_remote
     install_legacy
+    install_zarr34
 fi
 say "done"
