@@ -25,13 +25,13 @@ cargo build --quiet
 # Both client runs go on after a failure, so one CI run reports both.
 failed=0
 ZARRFS_BIN="$REPO/target/debug/zarrfs" .venv/bin/python -m pytest -q tests/clients || failed=1
-# The same client paths with zarr 3.4 (about 75 s): reads through the view, writes through the
-# local and S3 views, metadata writes, xarray/dask. Azure is left to the run above (its client
+# The same client paths with zarr 3.4 (about 90 s): reads through the view, writes through the
+# local and S3 views, metadata writes, xarray/dask, and the names clients create and remove. Azure is left to the run above (its client
 # library is not in .venv-zarr34; the mount does the same for zarr-python either way).
 echo "test: real clients with zarr 3.4 (reads, writes, xarray)"
 ZARRFS_BIN="$REPO/target/debug/zarrfs" .venv-zarr34/bin/python -m pytest -q -p no:cacheprovider \
     tests/clients/test_view_data.py tests/clients/test_write_clients.py \
     tests/clients/test_write_metadata.py tests/clients/test_remote_write.py \
-    tests/clients/test_consolidated.py -k "not azure" || failed=1
+    tests/clients/test_consolidated.py tests/clients/test_names.py -k "not azure" || failed=1
 [ "$failed" = 0 ] || { echo "test: real-client tests failed (see above)"; exit 1; }
 echo "test: all passed"
