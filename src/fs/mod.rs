@@ -288,7 +288,12 @@ impl Fs {
         let node = self.node(&at).await?;
         if self.config.page_cache() && !node.is_dir() {
             if let Some(shown) = self.inodes.shown_if_resized(ino, node.size) {
-                return Ok(shown);
+                let attr = self.attr(ino, &node);
+                return Ok(Attr {
+                    size: shown.size,
+                    mtime: shown.mtime,
+                    ..attr
+                });
             }
         }
         Ok(self.attr(ino, &node))

@@ -15,7 +15,7 @@
 
 use super::{ChunkLocation, ShardError, ShardedArray};
 use crate::store::{DirEntry, EntryKind};
-use crate::zarr::grid::box_coords;
+use crate::zarr::grid::{box_coords, BoxCoords};
 use crate::zarr::key_encoding::{ChunkKeyEncoding, Separator};
 
 /// Most shards whose indexes a listing reads on a store that cannot be listed, unless the
@@ -69,7 +69,11 @@ impl ShardedArray {
             return Ok(true);
         }
         for shard in self.shards_under(&shard_prefix).await? {
-            match self.present_in_shard(&shard, self.slice_of_shard(&shard, prefix)).await {
+            // The first chunk found settles it: a lookup of a full directory costs one.
+            match self
+                .present_in_shard(&shard, self.slice_of_shard(&shard, prefix), true)
+                .await
+            {
                 Ok(present) if present.is_empty() => {}
                 Ok(_) => return Ok(true),
                 // Unreadable: it may hold chunks; shown, and its reads fail with EIO.
@@ -81,7 +85,7 @@ impl ShardedArray {
     }
 
     /// The inner chunks of a shard whose leading coordinates are `prefix`, in C order.
-    fn slice_of_shard(&self, shard: &[u64], prefix: &[u64]) -> Vec<Vec<u64>> {
+    fn slice_of_shard(&self, shard: &[u64], prefix: &[u64]) -> BoxCoords {
         let (mut lo, mut hi) = (Vec::with_capacity(self.ndim()), Vec::with_capacity(self.ndim()));
         for (d, &s) in shard.iter().enumerate().take(self.ndim()) {
             let covered = self.covered(d, s);
@@ -90,14 +94,14 @@ impl ShardedArray {
                     lo.push(p);
                     hi.push(p + 1);
                 }
-                Some(_) => return Vec::new(),
+                Some(_) => return BoxCoords::empty(),
                 None => {
                     lo.push(covered.start);
                     hi.push(covered.end);
                 }
             }
         }
-        box_coords(&lo, &hi)
+        BoxCoords::new(&lo, &hi)
     }
 
     /// Chunk-tree entries of the array directory itself.
@@ -148,22 +152,43 @@ impl ShardedArray {
             self.fetch_indexes(&shards).await;
         }
         for shard in shards {
-            let mut slice = self.slice_of_shard(&shard, prefix);
-            slice.retain(|coords| leaf || !children.contains_key(&coords[dim]));
-            match self.present_in_shard(&shard, slice.clone()).await {
-                Ok(present) => {
-                    for (coords, size) in present {
-                        children.insert(coords[dim], Some(size));
-                    }
+            if leaf {
+                let present = self
+                    .present_in_shard(&shard, self.slice_of_shard(&shard, prefix), false)
+                    .await?;
+                for (coords, size) in present {
+                    children.insert(coords[dim], Some(size));
                 }
-                // An unreadable shard above the last level: its directories are shown (their
-                // files then fail with EIO); at the last level the listing fails, naming it.
-                Err(ShardError::Corrupt { .. }) if !leaf => {
-                    for coords in slice {
-                        children.entry(coords[dim]).or_insert(None);
-                    }
+                continue;
+            }
+            // Above the last level, each child this shard covers is settled by the first chunk
+            // found below it: a listing of the top chunk directory of a full array looks at one
+            // chunk per child and shard, not at every chunk of the array.
+            let Some(&s) = shard.get(dim) else {
+                continue;
+            };
+            let mut below = prefix.to_vec();
+            below.push(0);
+            for child in self.covered(dim, s) {
+                if children.contains_key(&child) {
+                    continue;
                 }
-                Err(e) => return Err(e),
+                below[dim] = child;
+                match self
+                    .present_in_shard(&shard, self.slice_of_shard(&shard, &below), true)
+                    .await
+                {
+                    Ok(present) if present.is_empty() => {}
+                    Ok(_) => {
+                        children.insert(child, None);
+                    }
+                    // An unreadable shard above the last level: its directories are shown
+                    // (their files then fail with EIO); at the last level the listing fails.
+                    Err(ShardError::Corrupt { .. }) => {
+                        children.insert(child, None);
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(children
@@ -176,21 +201,27 @@ impl ShardedArray {
     }
 
     /// Which of `chunks` (inner chunks of the stored shard at `shard`) are present, with their
-    /// sizes and the shard's modification time. With one level of sharding that is one look
-    /// at the shard's (cached) index for all of them; nested shards are located chunk by chunk.
+    /// sizes and the shard's modification time (only the first found, if `first`). With one
+    /// level of sharding that is one look at the shard's (cached) index for all of them; nested
+    /// shards are located chunk by chunk.
     async fn present_in_shard(
         &self,
         shard: &[u64],
-        chunks: Vec<Vec<u64>>,
+        chunks: impl Iterator<Item = Vec<u64>>,
+        first: bool,
     ) -> Result<Vec<(Vec<u64>, (u64, Option<i128>))>, ShardError> {
         let mut present = Vec::new();
-        if chunks.is_empty() {
+        let mut chunks = chunks.peekable();
+        if chunks.peek().is_none() {
             return Ok(present);
         }
         if self.layout.levels.len() != 1 {
             for coords in chunks {
                 if let Some(loc) = self.locate(&coords).await? {
                     present.push((coords, (loc.nbytes, loc.mtime_ns)));
+                    if first {
+                        break;
+                    }
                 }
             }
             return Ok(present);
@@ -206,6 +237,9 @@ impl ShardedArray {
                 .and_then(|loc| index.index.get(*loc.per_level_index.first()?));
             if let Some(range) = range {
                 present.push((coords, (range.nbytes, index.mtime_ns)));
+                if first {
+                    break;
+                }
             }
         }
         Ok(present)

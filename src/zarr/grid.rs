@@ -71,25 +71,56 @@ pub fn c_order_coords(index: u64, dims: &[u64]) -> Option<Vec<u64>> {
 
 /// Every coordinate tuple in the box `[lo, hi)`, in C order.
 pub fn box_coords(lo: &[u64], hi: &[u64]) -> Vec<Vec<u64>> {
-    if lo.iter().zip(hi).any(|(l, h)| l >= h) {
-        return Vec::new();
+    BoxCoords::new(lo, hi).collect()
+}
+
+/// The coordinate tuples of the box `[lo, hi)`, in C order, one at a time: a caller that stops
+/// at the first one it wants (or filters most away) never holds them all.
+#[derive(Debug, Clone)]
+pub struct BoxCoords {
+    lo: Vec<u64>,
+    hi: Vec<u64>,
+    /// The next tuple; `None` once past the end.
+    next: Option<Vec<u64>>,
+}
+
+impl BoxCoords {
+    pub fn new(lo: &[u64], hi: &[u64]) -> Self {
+        let empty = lo.len() != hi.len() || lo.iter().zip(hi).any(|(l, h)| l >= h);
+        BoxCoords {
+            lo: lo.to_vec(),
+            hi: hi.to_vec(),
+            next: (!empty).then(|| lo.to_vec()),
+        }
     }
-    let mut out = Vec::new();
-    let mut cur = lo.to_vec();
-    loop {
-        out.push(cur.clone());
-        let mut dim = cur.len();
-        loop {
-            if dim == 0 {
-                return out;
-            }
+
+    /// An empty box.
+    pub fn empty() -> Self {
+        BoxCoords {
+            lo: Vec::new(),
+            hi: Vec::new(),
+            next: None,
+        }
+    }
+}
+
+impl Iterator for BoxCoords {
+    type Item = Vec<u64>;
+
+    fn next(&mut self) -> Option<Vec<u64>> {
+        let current = self.next.take()?;
+        let mut following = current.clone();
+        let mut dim = following.len();
+        while dim > 0 {
             dim -= 1;
-            cur[dim] += 1;
-            if cur[dim] < hi[dim] {
+            following[dim] += 1;
+            if following[dim] < self.hi[dim] {
+                self.next = Some(following);
                 break;
             }
-            cur[dim] = lo[dim];
+            following[dim] = self.lo[dim];
         }
+        Some(current)
     }
 }
 

@@ -18,8 +18,8 @@ impl Tables {
     /// close would commit nothing).
     fn hold(&mut self, path: &str, file: Arc<WriteFile>, sink: Sink) -> (u64, Arc<WriteFile>) {
         let ino = self.at(path);
-        if let Some(inode) = self.by_ino.get_mut(&ino) {
-            inode.unlinked = false;
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            inode.relink();
         }
         if self.written(path).is_none() {
             self.set_local(ino, Some(Local::File(Box::new(Written::new(file.clone(), sink)))));
@@ -75,7 +75,8 @@ impl Written {
 
 impl Tables {
     pub(super) fn written(&mut self, path: &str) -> Option<&mut Written> {
-        match self.inode_at(path)?.local.as_mut()? {
+        let ino = self.find(path)?;
+        match self.held.get_mut(&ino)? {
             Local::File(w) => Some(w),
             Local::MadeDir => None,
         }
@@ -92,9 +93,9 @@ impl InodeTable {
     /// file has been unlinked or replaced (its content then goes nowhere).
     pub fn place_of(&self, ino: u64, file: &Arc<WriteFile>) -> Option<(String, Sink)> {
         let t = self.lock();
-        let inode = t.by_ino.get(&ino).filter(|i| !i.unlinked)?;
-        match &inode.local {
-            Some(Local::File(w)) if Arc::ptr_eq(&w.file, file) => Some((inode.path.to_string(), w.sink.clone())),
+        t.inodes.get(&ino).filter(|i| !i.unlinked())?;
+        match t.held.get(&ino)? {
+            Local::File(w) if Arc::ptr_eq(&w.file, file) => Some((t.path_of(ino)?, w.sink.clone())),
             _ => None,
         }
     }
@@ -115,7 +116,7 @@ impl InodeTable {
         sink: Sink,
     ) -> Option<(u64, Arc<WriteFile>)> {
         let mut t = self.lock();
-        if t.by_path.get(path).is_some_and(|owner| *owner != ino) {
+        if t.find(path).is_some_and(|owner| owner != ino) {
             return None;
         }
         Some(t.hold(path, file, sink))
@@ -124,7 +125,7 @@ impl InodeTable {
     /// A handle of `file` at inode `ino` is gone; a committed file goes with its last handle.
     pub fn close_file(&self, ino: u64, file: &Arc<WriteFile>) {
         let mut t = self.lock();
-        let Some(Some(Local::File(w))) = t.by_ino.get_mut(&ino).map(|i| &mut i.local) else {
+        let Some(Local::File(w)) = t.held.get_mut(&ino) else {
             return;
         };
         if !Arc::ptr_eq(&w.file, file) {
@@ -139,7 +140,7 @@ impl InodeTable {
     /// Take the file held at `path` away from it (unlinked, replaced, or committed).
     pub fn take_file(&self, path: &str) -> Option<Written> {
         let mut t = self.lock();
-        let ino = *t.by_path.get(path)?;
+        let ino = t.find(path)?;
         t.written(path)?;
         match t.set_local(ino, None) {
             Some(Local::File(w)) => Some(*w),
@@ -189,7 +190,7 @@ impl InodeTable {
         let done = t
             .written(path)
             .is_some_and(|w| w.handles == 0 && Arc::ptr_eq(&w.file, file) && !matches!(w.sink, Sink::Staged));
-        if let (true, Some(&ino)) = (done, t.by_path.get(path)) {
+        if let (true, Some(ino)) = (done, t.find(path)) {
             t.set_local(ino, None);
         }
         done
@@ -198,11 +199,11 @@ impl InodeTable {
     /// Every file the mount holds, with its path, sink and pending time.
     pub fn files(&self) -> Vec<(String, Arc<WriteFile>, Sink, Option<Instant>)> {
         let t = self.lock();
-        t.by_ino
-            .values()
-            .filter_map(|i| match &i.local {
-                Some(Local::File(w)) => Some((i.path.to_string(), w.file.clone(), w.sink.clone(), w.pending)),
-                _ => None,
+        t.held
+            .iter()
+            .filter_map(|(ino, local)| match local {
+                Local::File(w) => Some((t.path_of(*ino)?, w.file.clone(), w.sink.clone(), w.pending)),
+                Local::MadeDir => None,
             })
             .collect()
     }
@@ -211,7 +212,7 @@ impl InodeTable {
     pub fn make_dir(&self, path: &str) {
         let mut t = self.lock();
         let ino = t.at(path);
-        if t.by_ino.get(&ino).is_some_and(|i| i.local.is_none()) {
+        if !t.held.contains_key(&ino) {
             t.set_local(ino, Some(Local::MadeDir));
         }
     }
@@ -219,10 +220,8 @@ impl InodeTable {
     /// Forget a directory made by mkdir (it was removed).
     pub fn unmake_dir(&self, path: &str) {
         let mut t = self.lock();
-        let made = t
-            .inode_at(path)
-            .is_some_and(|i| matches!(i.local, Some(Local::MadeDir)));
-        if let (true, Some(&ino)) = (made, t.by_path.get(path)) {
+        let ino = t.find(path);
+        if let Some(ino) = ino.filter(|ino| matches!(t.held.get(ino), Some(Local::MadeDir))) {
             t.set_local(ino, None);
         }
     }
@@ -232,10 +231,8 @@ impl InodeTable {
     pub fn is_local_dir(&self, path: &str) -> bool {
         let t = self.lock();
         let made = t
-            .by_path
-            .get(path)
-            .and_then(|ino| t.by_ino.get(ino))
-            .is_some_and(|i| matches!(i.local, Some(Local::MadeDir)));
+            .find(path)
+            .is_some_and(|ino| matches!(t.held.get(&ino), Some(Local::MadeDir)));
         made || !Self::below(&t, path).is_empty()
     }
 
@@ -246,7 +243,7 @@ impl InodeTable {
         } else {
             format!("{dir}/")
         };
-        t.local
+        t.held_paths
             .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
             .take_while(|p| p.starts_with(&prefix))
             .cloned()
@@ -260,8 +257,7 @@ impl InodeTable {
         Self::below(&t, dir)
             .into_iter()
             .filter_map(|p| {
-                let inode = t.by_ino.get(t.by_path.get(&p)?)?;
-                let file = match inode.local.as_ref()? {
+                let file = match t.held.get(&t.find(&p)?)? {
                     Local::File(w) => Some((w.file.clone(), w.sink.clone())),
                     Local::MadeDir => None,
                 };

@@ -1,6 +1,7 @@
 //! The inode table: the one owner of what the mount knows per name, keyed by inode.
 //!
-//! Each inode has its path, the kernel's lookup count, and what the mount holds for it beyond
+//! Each inode has its name (in its parent: see `tree.rs`, which keeps them compact for
+//! mounts of millions of files), the kernel's lookup count, and what the mount holds for it beyond
 //! the store ([`Local`]): a file whose content is in memory (being written, staged under a
 //! temporary name, or closed and pending write-back) with its open handles, or a chunk
 //! directory made by `mkdir` that holds nothing stored yet. Renames move an inode with all of
@@ -8,18 +9,20 @@
 //!
 //! Every reply that hands the kernel an inode (lookup, readdirplus) counts one lookup; `forget`
 //! gives them back. An inode is dropped when the kernel holds no lookup of it and the mount
-//! holds nothing for it. Numbers are never reused, so a generation number of zero is always
+//! holds nothing for it (nor for any inode below it). Numbers are never reused, so a generation number of zero is always
 //! valid. The root is inode 1 and is never dropped. One mutex guards the table; nothing is
 //! awaited while it is held.
 
 mod held;
 mod sizes;
+mod tree;
 
-use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::view::ContentId;
 pub use held::{HeldFile, Local, Written};
+pub use sizes::Shown;
+use tree::Tables;
 
 pub const ROOT_INO: u64 = 1;
 
@@ -34,31 +37,6 @@ pub enum Name {
 }
 
 #[derive(Debug)]
-struct Inode {
-    path: Arc<str>,
-    lookups: u64,
-    local: Option<Local>,
-    /// What the last reader to open it found (the kernel's cached pages hold these bytes).
-    content: Option<ContentId>,
-    /// Its name was removed through this mount (unlinked, or replaced by a rename): no path
-    /// leads to it any more, and it lives on only while the kernel holds it (open files).
-    unlinked: bool,
-    /// On a mount that keeps the page cache: the version of the file and the attributes the
-    /// kernel was given for this inode, which never change (see `sizes.rs`).
-    shown: Option<sizes::Shown>,
-}
-
-#[derive(Debug)]
-struct Tables {
-    by_ino: HashMap<u64, Inode>,
-    by_path: HashMap<Arc<str>, u64>,
-    /// Paths of inodes holding something local, in order (for listings and the directories
-    /// implied above them).
-    local: BTreeSet<Arc<str>>,
-    next: u64,
-}
-
-#[derive(Debug)]
 pub struct InodeTable {
     tables: Mutex<Tables>,
 }
@@ -69,125 +47,10 @@ impl Default for InodeTable {
     }
 }
 
-impl Tables {
-    fn rename(&mut self, from: &str, to: &str) -> Option<Local> {
-        if from == to {
-            return None;
-        }
-        let replaced = self.by_path.get(to).copied().and_then(|old| {
-            let local = self.set_local(old, None);
-            self.detach(to);
-            local
-        });
-        if let Some(ino) = self.by_path.remove(from) {
-            let to_path: Arc<str> = Arc::from(to);
-            if let Some(inode) = self.by_ino.get_mut(&ino) {
-                let from_path = std::mem::replace(&mut inode.path, to_path.clone());
-                if inode.local.is_some() {
-                    self.local.remove(&from_path);
-                    self.local.insert(to_path.clone());
-                }
-            }
-            self.by_path.insert(to_path, ino);
-        }
-        replaced
-    }
-
-    /// The inode at `path` loses its name (see [`Inode::unlinked`]); the inode it was.
-    fn detach(&mut self, path: &str) -> Option<u64> {
-        let ino = self.by_path.remove(path)?;
-        if self.local.remove(path) {
-            if let Some(inode) = self.by_ino.get_mut(&ino) {
-                inode.local = None;
-            }
-        }
-        if let Some(inode) = self.by_ino.get_mut(&ino) {
-            inode.unlinked = true;
-        }
-        self.drop_if_unused(ino);
-        Some(ino)
-    }
-
-    /// The inode at `path`, created (with no lookup counted) if needed.
-    fn at(&mut self, path: &str) -> u64 {
-        if let Some(&ino) = self.by_path.get(path) {
-            return ino;
-        }
-        let ino = self.next;
-        self.next += 1;
-        let path: Arc<str> = Arc::from(path);
-        let inode = Inode {
-            path: path.clone(),
-            lookups: 0,
-            local: None,
-            content: None,
-            unlinked: false,
-            shown: None,
-        };
-        self.by_ino.insert(ino, inode);
-        self.by_path.insert(path, ino);
-        ino
-    }
-
-    fn inode_at(&mut self, path: &str) -> Option<&mut Inode> {
-        let ino = *self.by_path.get(path)?;
-        self.by_ino.get_mut(&ino)
-    }
-
-    fn set_local(&mut self, ino: u64, local: Option<Local>) -> Option<Local> {
-        let inode = self.by_ino.get_mut(&ino)?;
-        let old = std::mem::replace(&mut inode.local, local);
-        let (path, held) = (inode.path.clone(), inode.local.is_some());
-        // A name the inode no longer has (replaced by a rename) is not its to index.
-        if self.by_path.get(&path) == Some(&ino) {
-            if held {
-                self.local.insert(path);
-            } else {
-                self.local.remove(&path);
-            }
-        }
-        if !held {
-            self.drop_if_unused(ino);
-        }
-        old
-    }
-
-    /// Drop an inode nobody holds: no kernel lookup, nothing local (never the root).
-    fn drop_if_unused(&mut self, ino: u64) {
-        let unused = self
-            .by_ino
-            .get(&ino)
-            .is_some_and(|i| i.lookups == 0 && i.local.is_none() && ino != ROOT_INO);
-        if let Some(inode) = unused.then(|| self.by_ino.remove(&ino)).flatten() {
-            if self.by_path.get(&inode.path) == Some(&ino) {
-                self.by_path.remove(&inode.path);
-            }
-        }
-    }
-}
-
 impl InodeTable {
     pub fn new() -> Self {
-        let root: Arc<str> = Arc::from("");
-        let mut by_ino = HashMap::new();
-        let inode = Inode {
-            path: root.clone(),
-            lookups: 1,
-            local: None,
-            content: None,
-            unlinked: false,
-            shown: None,
-        };
-        by_ino.insert(ROOT_INO, inode);
-        let mut by_path = HashMap::new();
-        by_path.insert(root, ROOT_INO);
         InodeTable {
-            tables: Mutex::new(Tables {
-                by_ino,
-                by_path,
-                local: BTreeSet::new(),
-                next: ROOT_INO + 1,
-            }),
+            tables: Mutex::new(Tables::new()),
         }
     }
 
@@ -199,9 +62,9 @@ impl InodeTable {
     pub fn lookup(&self, path: &str) -> u64 {
         let mut t = self.lock();
         let ino = t.at(path);
-        if let Some(inode) = t.by_ino.get_mut(&ino) {
-            inode.lookups += 1;
-            inode.unlinked = false;
+        if let Some(inode) = t.inodes.get_mut(&ino) {
+            inode.lookups = inode.lookups.saturating_add(1);
+            inode.relink();
         }
         ino
     }
@@ -217,32 +80,38 @@ impl InodeTable {
     /// removal (the kernel drops a removed name), where a file missing without that was
     /// removed elsewhere (another mount, another writer of the source).
     pub fn was_unlinked(&self, ino: u64) -> bool {
-        self.lock().by_ino.get(&ino).is_some_and(|i| i.unlinked)
+        self.lock().inodes.get(&ino).is_some_and(|i| i.unlinked())
     }
 
     /// The path of `ino`, or why there is none.
     pub fn name(&self, ino: u64) -> Name {
-        match self.lock().by_ino.get(&ino) {
-            Some(inode) if inode.unlinked => Name::Unlinked,
-            Some(inode) => Name::Path(inode.path.clone()),
+        let t = self.lock();
+        match t.inodes.get(&ino) {
+            Some(inode) if inode.unlinked() => Name::Unlinked,
+            Some(_) => t.path_of(ino).map_or(Name::Unknown, |p| Name::Path(Arc::from(p))),
             None => Name::Unknown,
         }
     }
 
     /// The inode of `path` if there is one, without counting a lookup.
     pub fn peek(&self, path: &str) -> Option<u64> {
-        self.lock().by_path.get(path).copied()
+        self.lock().find(path)
     }
 
+    /// The path of `ino` (the one it had, if its name was removed).
     pub fn path(&self, ino: u64) -> Option<Arc<str>> {
-        self.lock().by_ino.get(&ino).map(|e| e.path.clone())
+        self.lock().path_of(ino).map(Arc::from)
     }
 
     /// The kernel dropped `n` lookups of `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
         let mut t = self.lock();
-        if let Some(inode) = t.by_ino.get_mut(&ino) {
-            inode.lookups = inode.lookups.saturating_sub(n);
+        if let Some(inode) = t.inodes.get_mut(&ino) {
+            let n = u32::try_from(n).unwrap_or(u32::MAX);
+            // A count that saturated is never given back (the inode is then kept).
+            if inode.lookups != u32::MAX {
+                inode.lookups = inode.lookups.saturating_sub(n);
+            }
         }
         t.drop_if_unused(ino);
     }
@@ -259,20 +128,29 @@ impl InodeTable {
     /// never matches.
     pub fn reopened(&self, ino: u64, content: Option<ContentId>) -> bool {
         let mut t = self.lock();
-        let Some(inode) = t.by_ino.get_mut(&ino) else {
+        if !t.inodes.contains_key(&ino) {
             return false;
+        }
+        let same = content.is_some() && t.content.get(&ino) == content.as_ref();
+        match content {
+            Some(content) => t.content.insert(ino, content),
+            None => t.content.remove(&ino),
         };
-        let same = content.is_some() && inode.content == content;
-        inode.content = content;
         same
     }
 
+    /// Inodes in the table.
     pub fn len(&self) -> usize {
-        self.lock().by_ino.len()
+        self.lock().inodes.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Bytes the table's entries take (see `tree.rs`).
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes()
     }
 }
 
@@ -308,6 +186,70 @@ mod tests {
         t.forget(c, 1); // the replaced inode goes without disturbing the renamed one
         assert_eq!(t.peek("c"), Some(b));
         assert_eq!(t.path(ROOT_INO).as_deref(), Some(""));
+    }
+
+    #[test]
+    fn a_million_files_cost_little_and_are_given_back_when_forgotten() {
+        let t = InodeTable::new();
+        let files: Vec<u64> = (0..1 << 20)
+            .map(|i| t.lookup(&format!("arr/c/{}/{}", i >> 10, i & 1023)))
+            .collect();
+        assert_eq!(t.len(), (1 << 20) + 1024 + 3);
+        // What each inode must keep, and what the table takes with its free slots (a hash
+        // table is between half and 7/8 full once it has grown).
+        assert!(tree::BYTES_PER_INODE <= 82, "{} bytes per inode", tree::BYTES_PER_INODE);
+        let per_inode = t.bytes() / t.len();
+        assert!(
+            per_inode <= 2 * tree::BYTES_PER_INODE,
+            "{per_inode} bytes per inode with free slots"
+        );
+        assert_eq!(t.path(files[5000]).as_deref(), Some("arr/c/4/904"));
+        // The kernel forgets the files, and a directory it looked up stays.
+        let dir = t.lookup("arr/c/4");
+        for ino in &files {
+            t.forget(*ino, 1);
+        }
+        assert_eq!(t.len(), 4, "the root, arr, arr/c and arr/c/4 stay");
+        assert!(t.bytes() < 1 << 20, "{} bytes kept for {} inodes", t.bytes(), t.len());
+        assert_eq!(t.peek("arr/c/4/904"), None);
+        assert_eq!(t.peek("arr/c/4"), Some(dir));
+        t.forget(dir, 1);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn an_inode_keeps_its_directories_while_it_lives() {
+        let t = InodeTable::new();
+        let dir = t.lookup("a/b");
+        let file = t.lookup("a/b/f");
+        t.forget(dir, 1);
+        assert_eq!(t.peek("a/b"), Some(dir), "a directory went while a file below it lives");
+        assert_eq!(t.path(file).as_deref(), Some("a/b/f"));
+        t.forget(file, 1);
+        assert_eq!(t.len(), 1, "only the root is left: {} inodes", t.len());
+        // An unlinked inode keeps the path it had and its directories until forgotten.
+        let file = t.lookup("x/y");
+        assert_eq!(t.unlink("x/y"), Some(file));
+        assert_eq!(t.name(file), Name::Unlinked);
+        assert_eq!(t.path(file).as_deref(), Some("x/y"));
+        assert_eq!(t.peek("x/y"), None);
+        let again = t.lookup("x/y");
+        assert_ne!(again, file);
+        t.forget(file, 1);
+        t.forget(again, 1);
+        assert_eq!(t.len(), 1);
+        // A rename into a directory the table has not seen makes it; a move of a directory
+        // moves what is below it.
+        let f = t.lookup("p/q/f");
+        t.rename("p/q/f", "r/s/g");
+        assert_eq!(t.path(f).as_deref(), Some("r/s/g"));
+        assert_eq!(t.peek("p/q"), None, "the old directories stay after the move");
+        let s = t.peek("r/s").unwrap();
+        t.rename("r/s", "r/t");
+        assert_eq!(t.path(f).as_deref(), Some("r/t/g"));
+        assert_eq!(t.path(s).as_deref(), Some("r/t"));
+        t.rename("r/t", "r/t/u"); // below itself: refused by the kernel, ignored here
+        assert_eq!(t.path(f).as_deref(), Some("r/t/g"));
     }
 
     #[test]

@@ -18,13 +18,33 @@
 //! A rewrite that keeps the size keeps the inode: its time changes, and the kernel drops the
 //! pages (it cannot zero-fill past a size that did not grow).
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use super::{InodeTable, ROOT_INO};
 use crate::fs::types::Attr;
 
-/// The attributes the kernel was first given for a file's inode.
-#[derive(Debug, Clone)]
-pub(super) struct Shown {
-    attr: Attr,
+/// What the kernel was first given for a file's inode: its size and time (the rest of its
+/// attributes are the mount's and never change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shown {
+    pub size: u64,
+    pub mtime: SystemTime,
+}
+
+fn to_ns(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |ns| -ns),
+    }
+}
+
+fn from_ns(ns: i64) -> SystemTime {
+    let magnitude = Duration::from_nanos(ns.unsigned_abs());
+    if ns >= 0 {
+        UNIX_EPOCH + magnitude
+    } else {
+        UNIX_EPOCH - magnitude
+    }
 }
 
 impl InodeTable {
@@ -44,26 +64,26 @@ impl InodeTable {
         let mut t = self.lock();
         let ino = Self::lookup_sized_in(&mut t, path, Some(size));
         let attr = attr_of(ino);
-        if let Some(inode) = t.by_ino.get_mut(&ino) {
-            inode.shown.get_or_insert(Shown { attr });
+        if let Some(inode) = t.inodes.get_mut(&ino) {
+            inode.set_shown(attr.size, to_ns(attr.mtime));
         }
         attr
     }
 
     fn lookup_sized_in(t: &mut super::Tables, path: &str, size: Option<u64>) -> u64 {
         let mut ino = t.at(path);
-        let replace = t.by_ino.get(&ino).is_some_and(|i| {
-            let other = matches!((&i.shown, size), (Some(s), Some(size)) if s.attr.size != size);
-            other && i.local.is_none() && ino != ROOT_INO
-        });
+        let replace = t.inodes.get(&ino).is_some_and(|i| {
+            let other = i.shown() && size.is_some_and(|size| i.shown_size != size);
+            other && ino != ROOT_INO
+        }) && !t.held.contains_key(&ino);
         if replace {
-            t.by_path.remove(path);
+            t.unindex(ino);
             t.drop_if_unused(ino);
             ino = t.at(path);
         }
-        if let Some(inode) = t.by_ino.get_mut(&ino) {
-            inode.lookups += 1;
-            inode.unlinked = false;
+        if let Some(inode) = t.inodes.get_mut(&ino) {
+            inode.lookups = inode.lookups.saturating_add(1);
+            inode.relink();
         }
         ino
     }
@@ -73,17 +93,20 @@ impl InodeTable {
     /// [`lookup_shown`](Self::lookup_shown).
     #[cfg(test)]
     pub fn show(&self, ino: u64, attr: Attr) {
-        if let Some(inode) = self.lock().by_ino.get_mut(&ino) {
-            inode.shown.get_or_insert(Shown { attr });
+        if let Some(inode) = self.lock().inodes.get_mut(&ino) {
+            inode.set_shown(attr.size, to_ns(attr.mtime));
         }
     }
 
-    /// The attributes the file `ino` was shown with, if its size was not `size`: the kernel
-    /// must keep seeing them, and the bytes of that other size are not this inode's.
-    pub fn shown_if_resized(&self, ino: u64, size: u64) -> Option<Attr> {
+    /// What the file `ino` was shown with, if its size was not `size`: the kernel must keep
+    /// seeing it, and the bytes of that other size are not this inode's.
+    pub fn shown_if_resized(&self, ino: u64, size: u64) -> Option<Shown> {
         let t = self.lock();
-        let shown = t.by_ino.get(&ino)?.shown.as_ref()?;
-        (shown.attr.size != size).then_some(shown.attr)
+        let inode = t.inodes.get(&ino).filter(|i| i.shown())?;
+        (inode.shown_size != size).then(|| Shown {
+            size: inode.shown_size,
+            mtime: from_ns(inode.shown_mtime_ns),
+        })
     }
 }
 
@@ -120,6 +143,7 @@ mod tests {
         t.show(second, attr(second, 24));
         assert_eq!(t.shown_if_resized(first, 24).map(|a| a.size), Some(16));
         assert_eq!(t.peek("a/c/0"), Some(second));
+        assert_eq!(t.path(first).as_deref(), Some("a/c/0"), "the old inode keeps its path");
         // Shown once: a later show does not change what the kernel was given.
         t.show(second, attr(second, 99));
         assert_eq!(t.shown_if_resized(second, 99).map(|a| a.size), Some(24));
