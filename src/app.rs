@@ -325,6 +325,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
             source_name(&settings.source)
         ),
         threads: settings.threads.unwrap_or_else(fuse_threads),
+        max_inodes: settings.max_inodes,
     };
     crate::mountpoint::prepare(&settings.mountpoint, settings.stack)?;
     let mounted = session::mount(fs.clone(), runtime.handle().clone(), &settings.mountpoint, &cfg)

@@ -63,6 +63,8 @@ pub struct MountSettings {
     pub mountpoint: PathBuf,
     pub foreground: bool,
     pub threads: Option<usize>,
+    /// Inodes kept at most before the kernel is asked to forget some (`fuse/pruning.rs`).
+    pub max_inodes: usize,
     pub log_file: Option<PathBuf>,
     pub log_format: LogFormat,
     pub view: ViewMode,
@@ -123,6 +125,7 @@ impl MountArgs {
             mountpoint: self.mountpoint,
             foreground: self.foreground,
             threads: self.threads.filter(|&n| n > 0),
+            max_inodes: self.max_inodes.unwrap_or(crate::fuse::DEFAULT_MAX_INODES).max(1024),
             log_file: self.log_file,
             log_format: self.log_format,
             view: match self.view {

@@ -139,6 +139,32 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
         ),
     ];
     let mut lines = lines.to_vec();
+    if c.contains_key("inodes_held") {
+        lines.push(format!(
+            "memory          {} resident; {} inodes held ({} in the inode table)",
+            bytes(n("daemon_rss_bytes")),
+            n("inodes_held"),
+            bytes(n("inode_table_bytes"))
+        ));
+    }
+    if let Some(Value::Object(ops)) = c
+        .get("daemon_latency")
+        .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
+    {
+        let time = |us: u64| match us {
+            us if us >= 10_000 => format!("{} ms", us / 1000),
+            us => format!("{us} µs"),
+        };
+        let field = |op: &Value, k: &str| op.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let each: Vec<String> = ops
+            .iter()
+            .map(|(name, op)| {
+                let (p50, p99) = (time(field(op, "p50_us")), time(field(op, "p99_us")));
+                format!("{name} {} (p50 ≤ {p50}, p99 ≤ {p99})", field(op, "count"))
+            })
+            .collect();
+        lines.push(format!("daemon time     {}", each.join(", ")));
+    }
     if c.contains_key("journal_pending_files") {
         lines.push(format!(
             "journal         {} files ({}) closed and durable on local disk, not yet committed to the store",
@@ -214,5 +240,20 @@ mod tests {
         );
         assert_eq!(bytes(0), "0 B");
         assert_eq!(bytes(3 << 30), "3.0 GiB");
+        let mut held = counters.clone();
+        held.insert("inodes_held".into(), 1_000_001.into());
+        held.insert("inode_table_bytes".into(), (82u64 << 20).into());
+        held.insert("daemon_rss_bytes".into(), (200u64 << 20).into());
+        let latency = r#"{"lookup": {"count": 12, "p50_us": 16, "p99_us": 32768}}"#;
+        held.insert("daemon_latency".into(), serde_json::from_str(latency).unwrap());
+        let text = to_text(Path::new("/mnt/d"), "/data/x.zarr", &held);
+        assert!(
+            text.contains("memory          200.0 MiB resident; 1000001 inodes held (82.0 MiB in the inode table)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("daemon time     lookup 12 (p50 ≤ 16 µs, p99 ≤ 32 ms)"),
+            "{text}"
+        );
     }
 }

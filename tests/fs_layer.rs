@@ -107,13 +107,13 @@ async fn walk(fs: &Fs) -> Tree {
         let items = list(fs, ino).await.unwrap();
         let mut seen = BTreeSet::new();
         for item in items {
-            assert!(seen.insert(item.name.clone()), "{} listed twice", item.path);
+            assert!(seen.insert(item.name.clone()), "{} listed twice", item.path());
             let path = if dir.is_empty() {
                 item.name.clone()
             } else {
                 format!("{dir}/{}", item.name)
             };
-            assert_eq!(item.path, path);
+            assert_eq!(item.path(), path);
             let attr = fs.lookup(ino, &item.name).await.unwrap_or_else(|e| {
                 panic!("{path} listed but lookup fails: {e}");
             });

@@ -24,6 +24,8 @@ pub struct OpCounts {
     pub(super) listings_kept: AtomicU64,
     pub(super) getxattrs: AtomicU64,
     pub(super) flushes: AtomicU64,
+    /// Names the kernel was asked to forget, to keep the inode table bounded.
+    pub(super) forgets_asked: AtomicU64,
 }
 
 impl OpCounts {
@@ -44,6 +46,7 @@ impl OpCounts {
             ("kernel_listings_kept", &self.listings_kept),
             ("fuse_getxattrs", &self.getxattrs),
             ("fuse_flushes", &self.flushes),
+            ("kernel_forgets_asked", &self.forgets_asked),
         ] {
             out.insert(name.into(), load(counter).into());
         }

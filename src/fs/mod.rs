@@ -16,6 +16,7 @@ pub mod inodes;
 pub mod journal;
 mod journaling;
 pub mod kernel_listings;
+mod latency;
 mod link;
 mod overlay;
 mod readdir;
@@ -34,7 +35,7 @@ use bytes::Bytes;
 
 pub use error::{ErrorLog, FsError};
 use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile};
-use inodes::{InodeTable, Name, ROOT_INO};
+use inodes::{InodeTable, Name, Place, ROOT_INO};
 
 use crate::view::{ContentId, Located, Node, View};
 
@@ -62,6 +63,7 @@ pub struct Fs {
     errors: ErrorLog,
     counters: Option<Arc<dyn Counters>>,
     ops: OpCounts,
+    latencies: latency::Latencies,
     /// Whole chunks read without a handle, for the later reads of the same file.
     unopened: unopened::Snapshots,
     writeback: Option<writeback::WriteBack>,
@@ -122,6 +124,7 @@ impl Fs {
             errors: ErrorLog::default(),
             counters: None,
             ops: OpCounts::default(),
+            latencies: latency::Latencies::default(),
             unopened: unopened::Snapshots::default(),
             writeback,
             journal: None,
@@ -221,29 +224,32 @@ impl Fs {
     pub async fn lookup(&self, parent: u64, name: &str) -> FsResult<Attr> {
         self.ops.count(&self.ops.lookups);
         validate_name(name)?;
-        let path = child_path(&self.path_of(parent)?, name);
+        let dir = self.path_of(parent)?;
+        let path = child_path(&dir, name);
         let at = self.view.locate(&path).await?;
         if let Some(mut attr) = self.local_attr(0, &at).await {
             attr.ino = self.inodes.lookup(&path);
             return Ok(attr);
         }
         let node = self.node(&at).await?;
-        Ok(self.entry_attr(&path, &node))
+        Ok(self.entry_attr(parent, &dir, name, &node))
     }
 
     /// The inode and attributes a name is handed to the kernel with (one lookup counted). With
     /// the page cache, a file's inode never changes size: another size gets another inode (see
     /// `fs/inodes/sizes.rs`).
-    pub(crate) fn entry_attr(&self, path: &str, node: &Node) -> Attr {
+    /// The entry is `name` in directory `dir`, whose inode is `dir_ino`.
+    pub(crate) fn entry_attr(&self, dir_ino: u64, dir: &str, name: &str, node: &Node) -> Attr {
+        let place = Place::Child { dir_ino, dir, name };
         if !self.config.page_cache() {
-            let ino = self.inodes.lookup(path);
+            let ino = self.inodes.lookup(place);
             return self.attr(ino, node);
         }
         if node.is_dir() {
-            let ino = self.inodes.lookup_sized(path, None);
+            let ino = self.inodes.lookup_sized(place, None);
             return self.attr(ino, node);
         }
-        self.inodes.lookup_shown(path, node.size, |ino| self.attr(ino, node))
+        self.inodes.lookup_shown(place, node.size, |ino| self.attr(ino, node))
     }
 
     /// With the page cache, the bytes of a file whose size is not its inode's are another
@@ -264,6 +270,26 @@ impl Fs {
             return Ok(Node::dir());
         }
         Err(FsError::NotFound)
+    }
+
+    /// A kernel request of kind `op` was answered `elapsed` after it arrived.
+    pub fn answered(&self, op: &str, elapsed: Duration) {
+        self.latencies.record(op, elapsed);
+    }
+
+    /// Inodes the mount keeps now.
+    pub fn inodes_held(&self) -> usize {
+        self.inodes.len()
+    }
+
+    /// Names (a directory inode and a name in it) the kernel should forget so that about
+    /// `want` inodes can go, and count them as asked (see `fuse/pruning.rs`).
+    pub fn inodes_to_forget(&self, want: usize) -> Vec<(u64, String)> {
+        let names = self.inodes.oldest_names(want);
+        self.ops
+            .forgets_asked
+            .fetch_add(names.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        names
     }
 
     pub fn forget(&self, ino: u64, n: u64) {

@@ -181,10 +181,11 @@ impl Fs {
         if let Some(ino) = item.ino {
             return ino;
         }
-        self.inodes.peek(&item.path).unwrap_or_else(|| {
+        let path = item.path();
+        self.inodes.peek(&path).unwrap_or_else(|| {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
-            item.path.hash(&mut h);
+            path.hash(&mut h);
             h.finish() | (1 << 63)
         })
     }
@@ -210,15 +211,11 @@ impl Iterator for DirItems {
 
     fn next(&mut self) -> Option<DirItem> {
         let i = self.next;
-        let path = &self.path;
         let item = match i {
             0 | 1 => DirItem {
                 name: [".", ".."][i].to_string(),
-                path: if i == 0 {
-                    path.to_string()
-                } else {
-                    parent_path(path).to_string()
-                },
+                dir: self.path.clone(),
+                dir_ino: self.dots[0],
                 offset: 0,
                 node: None,
                 kind: FileKind::Dir,
@@ -228,7 +225,8 @@ impl Iterator for DirItems {
                 let (name, node) = self.entries.get(i - 2)?;
                 DirItem {
                     name: name.clone(),
-                    path: child_path(path, name),
+                    dir: self.path.clone(),
+                    dir_ino: self.dots[0],
                     offset: 0,
                     kind: if node.is_dir() { FileKind::Dir } else { FileKind::File },
                     node: Some(node.clone()),

@@ -119,12 +119,25 @@ pub struct Attr {
 #[derive(Debug, Clone)]
 pub struct DirItem {
     pub name: String,
-    pub path: String,
+    /// The directory listed, and its inode.
+    pub dir: std::sync::Arc<str>,
+    pub dir_ino: u64,
     pub offset: u64,
     pub node: Option<Node>,
     pub kind: FileKind,
     /// Known inode (for `.` and `..`).
     pub ino: Option<u64>,
+}
+
+impl DirItem {
+    /// The entry's path.
+    pub fn path(&self) -> String {
+        match self.name.as_str() {
+            "." => self.dir.to_string(),
+            ".." => super::parent_path(&self.dir).to_string(),
+            name => super::child_path(&self.dir, name),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

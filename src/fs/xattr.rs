@@ -26,6 +26,7 @@ impl Fs {
         stats.extend(self.view.shard_stats().snapshot());
         stats.extend(self.ops.snapshot());
         stats.extend(self.holdings());
+        stats.insert("daemon_latency".into(), self.latencies.snapshot());
         serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute)
     }
 
@@ -43,6 +44,9 @@ impl Fs {
                 "read_snapshot_bytes",
                 usize::try_from(self.view.snapshot_bytes()).unwrap_or(usize::MAX),
             ),
+            ("inodes_held", self.inodes.len()),
+            ("inode_table_bytes", self.inodes.bytes()),
+            ("daemon_rss_bytes", resident_bytes().unwrap_or(0)),
         ] {
             out.insert(name.into(), value.into());
         }
@@ -104,4 +108,13 @@ impl Fs {
         }
         Ok(format!("{XATTR_SOURCE}\0").into_bytes())
     }
+}
+
+/// The daemon's resident memory (`/proc/self/statm`), if the system tells.
+fn resident_bytes() -> Option<usize> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    Some(pages * page)
 }

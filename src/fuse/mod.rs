@@ -3,6 +3,9 @@
 pub mod adapter;
 mod capabilities;
 pub mod mount_table;
+mod pruning;
 pub mod reply;
 mod request;
 pub mod session;
+
+pub use pruning::DEFAULT_MAX_INODES;

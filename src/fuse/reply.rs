@@ -129,8 +129,8 @@ pub fn directory_plus(fs: &Fs, mut reply: ReplyDirectoryPlus, ttl: &Duration, it
     for item in items {
         let attr = match (&item.node, item.ino) {
             (_, Some(ino)) => fs.attr(ino, item.node.as_ref().unwrap_or(&crate::view::Node::dir())),
-            (Some(node), None) => fs.entry_attr(&item.path, node),
-            (None, None) => fs.entry_attr(&item.path, &crate::view::Node::dir()),
+            (Some(node), None) => fs.entry_attr(item.dir_ino, &item.dir, &item.name, node),
+            (None, None) => fs.entry_attr(item.dir_ino, &item.dir, &item.name, &crate::view::Node::dir()),
         };
         let child = attr.ino;
         if reply.add(

@@ -4,6 +4,8 @@
 //! page-cache read). A request that has to wait (a remote read) returns pending and is moved
 //! onto the tokio runtime, so it never holds a FUSE worker thread and never stalls the others.
 //!
+//! Every request's time from arrival to reply is recorded by operation (`fs/latency.rs`).
+//!
 //! Every request runs in a tracing span `fuse{op, ino, fh, name}`: with `RUST_LOG=debug`,
 //! every event on its way through the layers carries it, and its end is logged with its
 //! duration. A failure is logged as loudly as the error says, and answered with the errno
@@ -13,6 +15,7 @@ use std::ffi::OsStr;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Context;
+use std::time::Instant;
 
 use fuser::{FileHandle, INodeNo, Request};
 use tracing::Instrument;
@@ -92,6 +95,7 @@ impl ZarrFuse {
             return reply.fail(&FsError::OwnMount);
         }
         let span = op.span();
+        let arrived = Instant::now();
         self.run(
             name,
             async move {
@@ -102,6 +106,7 @@ impl ZarrFuse {
                         reply.fail(&e);
                     }
                 }
+                fs.answered(name, arrived.elapsed());
             }
             .instrument(span),
         );

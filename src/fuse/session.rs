@@ -23,6 +23,8 @@ pub struct MountConfig {
     pub fsname: String,
     /// FUSE worker threads; requests themselves run on the tokio runtime.
     pub threads: usize,
+    /// Inodes kept at most before the kernel is asked to forget some (see `pruning`).
+    pub max_inodes: usize,
 }
 
 fn fuser_config(cfg: &MountConfig) -> Config {
@@ -47,6 +49,8 @@ fn fuser_config(cfg: &MountConfig) -> Config {
 /// A mounted, initialised filesystem that has not started serving yet.
 pub struct Mounted {
     session: Session<ZarrFuse>,
+    fs: Arc<Fs>,
+    max_inodes: usize,
     mountpoint: PathBuf,
     /// This mount, as the mount table knows it (`None` if it could not be found there: then
     /// zarrfs never unmounts anything itself).
@@ -55,7 +59,7 @@ pub struct Mounted {
 
 /// Mount `fs` at `mountpoint` (absolute, canonical). When this returns Ok the mount is live.
 pub fn mount(fs: Arc<Fs>, rt: Handle, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Mounted> {
-    let session = Session::new(ZarrFuse::new(fs, rt), mountpoint, &fuser_config(cfg))?;
+    let session = Session::new(ZarrFuse::new(fs.clone(), rt), mountpoint, &fuser_config(cfg))?;
     let identity = mount_table::read().ok().and_then(|entries| {
         let top = mount_table::top_at(&entries, mountpoint)?;
         top.is_zarrfs().then(|| top.identity())
@@ -68,6 +72,8 @@ pub fn mount(fs: Arc<Fs>, rt: Handle, mountpoint: &Path, cfg: &MountConfig) -> i
     }
     Ok(Mounted {
         session,
+        fs,
+        max_inodes: cfg.max_inodes,
         mountpoint: mountpoint.to_path_buf(),
         identity,
     })
@@ -111,10 +117,13 @@ impl Mounted {
     pub fn serve(self, rt: &Handle) -> io::Result<()> {
         let Mounted {
             session,
+            fs,
+            max_inodes,
             mountpoint,
             identity,
         } = self;
         let mut background = session.spawn()?;
+        let pruner = super::pruning::Pruner::start(fs, background.notifier(), max_inodes);
         let thread = std::mem::replace(&mut background.guard, std::thread::spawn(|| Ok(())));
         std::mem::forget(background);
         if let Some(identity) = identity.clone() {
@@ -123,6 +132,7 @@ impl Mounted {
         let served = thread
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
+        pruner.stop();
         // The session ends when the kernel lets go (after an unmount) or on an error; in the
         // second case the mount may still be here, and still ours.
         if let Some(identity) = &identity {

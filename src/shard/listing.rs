@@ -229,12 +229,13 @@ impl ShardedArray {
         let Some(index) = self.top_index_listed(&self.shard_key(shard)).await? else {
             return Ok(present);
         };
+        let slot_of = self.slot_finder(shard);
         for coords in chunks {
             let range = self
-                .layout
-                .locate(&coords)
-                .filter(|loc| loc.shard_coords == shard && self.in_grid(&coords))
-                .and_then(|loc| index.index.get(*loc.per_level_index.first()?));
+                .in_grid(&coords)
+                .then(|| slot_of(&coords))
+                .flatten()
+                .and_then(|slot| index.index.get(slot));
             if let Some(range) = range {
                 present.push((coords, (range.nbytes, index.mtime_ns)));
                 if first {
@@ -243,6 +244,35 @@ impl ShardedArray {
             }
         }
         Ok(present)
+    }
+
+    /// Where each inner chunk of the stored `shard` is in its index (one level of sharding).
+    /// A shard that starts on an inner chunk's edge (always, but for rectilinear grids that do
+    /// not) is a box of chunks in its level's order: a subtraction and an index, with nothing
+    /// allocated per chunk (a listing asks for every chunk of a directory).
+    fn slot_finder<'a>(&'a self, shard: &'a [u64]) -> impl Fn(&[u64]) -> Option<u64> + 'a {
+        let inner = &self.layout.inner_chunk_shape;
+        let first_chunk = self.layout.shard_start(shard).and_then(|start| {
+            let aligned = start
+                .iter()
+                .zip(inner)
+                .map(|(&s, &c)| (c > 0 && s % c == 0).then(|| s / c));
+            aligned.collect::<Option<Vec<u64>>>()
+        });
+        let level = self.layout.level0(shard).filter(|l| l.chunk_shape == *inner);
+        move |coords: &[u64]| match (&first_chunk, &level) {
+            (Some(first), Some(level)) if first.len() == coords.len() && coords.len() <= 8 => {
+                let mut within = [0u64; 8];
+                for (d, (&c, &f)) in coords.iter().zip(first).enumerate() {
+                    within[d] = c.checked_sub(f)?;
+                }
+                level.index_of(&within[..coords.len()])
+            }
+            _ => {
+                let loc = self.layout.locate(coords).filter(|loc| loc.shard_coords == shard)?;
+                loc.per_level_index.first().copied()
+            }
+        }
     }
 
     fn exact_prefixes(&self) -> bool {

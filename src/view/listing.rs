@@ -54,9 +54,24 @@ impl View {
         match array.encoding().classify(rel, array.ndim()) {
             ChunkPath::Dir(prefix) => {
                 let entries = array.list_chunk_dir(&prefix).await?;
+                let leaf = prefix.len() + 1 == array.ndim();
                 Ok(entries
-                    .iter()
-                    .map(|e| (e.name.clone(), self.chunk_node(array, &format!("{rel}/{}", e.name), e)))
+                    .into_iter()
+                    .map(|e| {
+                        // A chunk file of the last level is named by its last coordinate (the
+                        // listing made the name from it): no path to build and parse again.
+                        let coordinate = e.name.parse::<u64>().ok().filter(|_| leaf);
+                        let node = match (&e.kind, coordinate) {
+                            (EntryKind::File { size }, Some(last)) => {
+                                let mut coords = Vec::with_capacity(prefix.len() + 1);
+                                coords.extend_from_slice(&prefix);
+                                coords.push(last);
+                                Self::chunk_file(array, *size, e.mtime_ns, coords)
+                            }
+                            _ => self.chunk_node(array, &format!("{rel}/{}", e.name), &e),
+                        };
+                        (e.name, node)
+                    })
                     .collect())
             }
             ChunkPath::Chunk(_) => Err(ViewError::NotADirectory(dir.to_string())),
@@ -121,16 +136,22 @@ impl View {
     /// The node of an entry of the chunk tree, `rel` being its path relative to the array.
     fn chunk_node(&self, array: &Arc<ShardedArray>, rel: &str, entry: &DirEntry) -> Node {
         match (&entry.kind, array.encoding().classify(rel, array.ndim())) {
-            (EntryKind::File { size }, ChunkPath::Chunk(coords)) => Node {
-                size: *size,
-                mtime_ns: entry.mtime_ns,
-                source: Source::Chunk {
-                    array: array.clone(),
-                    coords,
-                    at: None,
-                },
-            },
+            (EntryKind::File { size }, ChunkPath::Chunk(coords)) => {
+                Self::chunk_file(array, *size, entry.mtime_ns, coords)
+            }
             _ => Node::dir(),
+        }
+    }
+
+    fn chunk_file(array: &Arc<ShardedArray>, size: u64, mtime_ns: Option<i128>, coords: Vec<u64>) -> Node {
+        Node {
+            size,
+            mtime_ns,
+            source: Source::Chunk {
+                array: array.clone(),
+                coords,
+                at: None,
+            },
         }
     }
 }

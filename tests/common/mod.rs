@@ -918,7 +918,7 @@ pub async fn fs_walk(fs: &zarrfs::fs::Fs) -> (BTreeMap<String, Vec<u8>>, BTreeSe
             .await
             .unwrap_or_else(|e| panic!("listing {dir:?}: {e}"));
         for item in items {
-            let path = item.path.clone();
+            let path = item.path();
             let attr = fs
                 .lookup(ino, &item.name)
                 .await

@@ -26,6 +26,26 @@ use tree::Tables;
 
 pub const ROOT_INO: u64 = 1;
 
+/// Where a name is: a path, or a name in a directory whose inode the caller has (the kernel
+/// asks by directory inode; finding the entry from there takes one step, not one per level).
+#[derive(Debug, Clone, Copy)]
+pub enum Place<'a> {
+    Path(&'a str),
+    Child { dir_ino: u64, dir: &'a str, name: &'a str },
+}
+
+impl<'a> From<&'a str> for Place<'a> {
+    fn from(path: &'a str) -> Self {
+        Place::Path(path)
+    }
+}
+
+impl<'a> From<&'a String> for Place<'a> {
+    fn from(path: &'a String) -> Self {
+        Place::Path(path)
+    }
+}
+
 /// What names an inode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Name {
@@ -59,9 +79,9 @@ impl InodeTable {
     }
 
     /// The inode of `path`, created if needed, with one more lookup counted.
-    pub fn lookup(&self, path: &str) -> u64 {
+    pub fn lookup<'a>(&self, place: impl Into<Place<'a>>) -> u64 {
         let mut t = self.lock();
-        let ino = t.at(path);
+        let ino = t.place(place.into());
         if let Some(inode) = t.inodes.get_mut(&ino) {
             inode.lookups = inode.lookups.saturating_add(1);
             inode.relink();
@@ -146,6 +166,12 @@ impl InodeTable {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Names whose forgetting by the kernel would let about `want` inodes go, oldest first
+    /// (see [`Tables::oldest_names`](tree::Tables)): each a directory inode and a name in it.
+    pub fn oldest_names(&self, want: usize) -> Vec<(u64, String)> {
+        self.lock().oldest_names(want)
     }
 
     /// Bytes the table's entries take (see `tree.rs`).

@@ -20,7 +20,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{InodeTable, ROOT_INO};
+use super::{InodeTable, Place, ROOT_INO};
 use crate::fs::types::Attr;
 
 /// What the kernel was first given for a file's inode: its size and time (the rest of its
@@ -51,18 +51,18 @@ impl InodeTable {
     /// The inode of `path` for a file of `size` bytes (`None`: a directory), with one more
     /// lookup counted: the inode the name has unless it was shown with another size, else a
     /// new one.
-    pub fn lookup_sized(&self, path: &str, size: Option<u64>) -> u64 {
+    pub fn lookup_sized<'a>(&self, place: impl Into<Place<'a>>, size: Option<u64>) -> u64 {
         let mut t = self.lock();
-        Self::lookup_sized_in(&mut t, path, size)
+        Self::lookup_sized_in(&mut t, place.into(), size)
     }
 
     /// [`lookup_sized`](Self::lookup_sized) a file and remember the attributes `attr_of` gives
     /// its inode as shown, in one step: two lookups of one name at once (the kernel sends them
     /// in parallel) cannot both take the same inode for two sizes. Returns the attributes (of
     /// `size`, and the time they have now: a newer time is how the kernel learns to drop pages).
-    pub fn lookup_shown(&self, path: &str, size: u64, attr_of: impl FnOnce(u64) -> Attr) -> Attr {
+    pub fn lookup_shown<'a>(&self, place: impl Into<Place<'a>>, size: u64, attr_of: impl FnOnce(u64) -> Attr) -> Attr {
         let mut t = self.lock();
-        let ino = Self::lookup_sized_in(&mut t, path, Some(size));
+        let ino = Self::lookup_sized_in(&mut t, place.into(), Some(size));
         let attr = attr_of(ino);
         if let Some(inode) = t.inodes.get_mut(&ino) {
             inode.set_shown(attr.size, to_ns(attr.mtime));
@@ -70,8 +70,8 @@ impl InodeTable {
         attr
     }
 
-    fn lookup_sized_in(t: &mut super::Tables, path: &str, size: Option<u64>) -> u64 {
-        let mut ino = t.at(path);
+    fn lookup_sized_in(t: &mut super::Tables, place: Place, size: Option<u64>) -> u64 {
+        let mut ino = t.place(place);
         let replace = t.inodes.get(&ino).is_some_and(|i| {
             let other = i.shown() && size.is_some_and(|size| i.shown_size != size);
             other && ino != ROOT_INO
@@ -79,7 +79,7 @@ impl InodeTable {
         if replace {
             t.unindex(ino);
             t.drop_if_unused(ino);
-            ino = t.at(path);
+            ino = t.place(place);
         }
         if let Some(inode) = t.inodes.get_mut(&ino) {
             inode.lookups = inode.lookups.saturating_add(1);

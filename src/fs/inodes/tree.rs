@@ -27,7 +27,7 @@ use compact_str::CompactString;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::held::Local;
-use super::ROOT_INO;
+use super::{Place, ROOT_INO};
 use crate::view::ContentId;
 
 /// Flags of an inode.
@@ -157,6 +157,27 @@ impl Tables {
             };
         }
         ino
+    }
+
+    /// The inode at `place`, created if needed (see [`at`](Self::at)). A directory inode that
+    /// no longer has its name is not looked into: its path is.
+    pub(super) fn place(&mut self, place: Place) -> u64 {
+        match place {
+            Place::Path(path) => self.at(path),
+            Place::Child { dir_ino, dir, name } => {
+                let named = self
+                    .inodes
+                    .get(&dir_ino)
+                    .is_some_and(|i| i.flags & ATTACHED != 0 && !i.unlinked());
+                if !named {
+                    return self.at(&crate::fs::child_path(dir, name));
+                }
+                match self.child(dir_ino, name) {
+                    Some(ino) => ino,
+                    None => self.create(dir_ino, name),
+                }
+            }
+        }
     }
 
     fn create(&mut self, parent: u64, name: &str) -> u64 {
@@ -325,6 +346,48 @@ impl Tables {
             self.drop_if_unused(ino);
         }
         old
+    }
+
+    /// Names that, once the kernel forgets them, let about `want` inodes go: the kernel holds
+    /// inodes for as long as it likes, so a mount that must keep its memory bounded asks it to
+    /// forget some. The oldest inodes the kernel holds and nothing else does (walks go in
+    /// order, so the first walked) are let go through their directory, which takes every file
+    /// in it at once; a file of a directory too large for that, or of the root, alone.
+    pub(super) fn oldest_names(&self, want: usize) -> Vec<(u64, String)> {
+        /// A directory with more entries than this is not forgotten whole.
+        const WHOLE_DIR: u32 = 1 << 16;
+        let mut leaves: Vec<(u64, u64)> = self
+            .inodes
+            .iter()
+            .filter(|(ino, i)| i.children == 0 && i.lookups > 0 && i.flags & ATTACHED != 0 && **ino != ROOT_INO)
+            .filter(|(ino, _)| !self.held.contains_key(ino))
+            .map(|(ino, i)| (*ino, i.parent))
+            .collect();
+        leaves.sort_unstable();
+        let mut names = Vec::new();
+        let mut dirs = std::collections::HashSet::new();
+        let mut freed = 0usize;
+        for (ino, parent) in leaves {
+            if freed >= want {
+                break;
+            }
+            if dirs.contains(&parent) {
+                continue;
+            }
+            let Some(dir) = self.inodes.get(&parent) else {
+                continue;
+            };
+            let whole = parent != ROOT_INO && dir.children <= WHOLE_DIR && dir.flags & ATTACHED != 0;
+            if whole && !self.held.contains_key(&parent) {
+                dirs.insert(parent);
+                names.push((dir.parent, dir.name.to_string()));
+                freed += dir.children as usize;
+            } else if let Some(leaf) = self.inodes.get(&ino) {
+                names.push((parent, leaf.name.to_string()));
+                freed += 1;
+            }
+        }
+        names
     }
 
     /// Give memory back once the tables are mostly empty (see the module's documentation).
