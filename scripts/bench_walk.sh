@@ -14,6 +14,7 @@
 # os.stat), each
 #   cold  page caches, dentries and inodes dropped (sync; echo 3 > drop_caches) before each run,
 #         and for a mount a fresh daemon (remounted), so the shard indexes are read again
+#         (COLD_REMOUNT=0: the same daemon, which keeps its caches: only the kernel's are cold)
 #   warm  one untimed run first, then timed runs with every cache kept (same daemon)
 # native/mount = native seconds / mount seconds: >= 1 means the mount is faster (aims: 0.5 cold,
 # 0.8 warm). Python walks are timed inside Python (no interpreter start), the others around
@@ -36,6 +37,7 @@
 #                     1 above)
 #        WALKS        the walks to run (default "du find oswalk ls statall")
 #        TARGETS      the targets (default "native ro rw ri")
+#        COLD_REMOUNT 1: a fresh daemon for every cold run (default); 0: keep the daemon
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,6 +47,7 @@ HELPER="$REPO/scripts/bench_walk.py"
 SIZES="${WALK_SIZES:-10000 100000 1000000}"
 WALKS="${WALKS:-du find oswalk ls statall}"
 TARGETS="${TARGETS:-native ro rw ri}"
+COLD_REMOUNT="${COLD_REMOUNT:-1}"
 export BENCH_DIR="${BENCH_DIR:-/var/tmp/zarrfs-bench-walk}"
 
 source "$REPO/scripts/bench_lib.sh" walk
@@ -54,6 +57,7 @@ trap 'end_work_processes; cleanup' EXIT
 trap 'exit 130' INT TERM
 ERRLOG="$WORK/walk-errors.log"
 : > "$ERRLOG"
+: > "$WORK/pids"
 
 declare -A MOUNT_OPTS=([ro]="--read-only" [rw]="" [ri]="--read-only --metadata-ttl indefinite")
 declare -A WALK_NAMES=([du]="du -s" [find]="find" [oswalk]="os.walk" [ls]="ls -lR" [statall]="stat all")
@@ -83,7 +87,9 @@ unmount_flavor() { # FLAVOR: unmount, and wait for the daemon to exit
     fi
     DPID=""
 }
-remount_flavor() { unmount_flavor "$1"; mount_flavor "$1"; }
+remount_flavor() { # FLAVOR: a fresh daemon before a cold run (unless COLD_REMOUNT=0)
+    [ "$COLD_REMOUNT" = 0 ] || { unmount_flavor "$1"; mount_flavor "$1"; }
+}
 
 # store counters of the live mount, as "get head list" (list + list_dir)
 counters() {
@@ -201,9 +207,10 @@ ensure_fixtures() { # N: $WORK/nN/src (sharded) and $WORK/nN/native (unsharded),
 
 # -- the table of one N
 report() { # N RESULTS
-    "$PY" - "$1" "$2" "$RUNS" "$CAN_DROP" <<'EOF'
+    "$PY" - "$1" "$2" "$RUNS" "$CAN_DROP" "$COLD_REMOUNT" <<'EOF'
 import sys
 n, path, runs, can_drop = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+fresh = "cold mounts are fresh daemons" if sys.argv[5] != "0" else "cold mounts keep their daemon"
 NAMES = {"du": "du -s", "find": "find", "oswalk": "os.walk", "ls": "ls -lR", "statall": "stat all"}
 walks, first, mem = {}, {}, {}
 order, targets = [], []
@@ -228,7 +235,7 @@ def num(s):
         return None
 
 caches = "page caches dropped" if can_drop else "page caches NOT dropped (not root)"
-print(f"\nN = {n:,} chunk files: fastest of {runs} run(s), {caches}; cold mounts are fresh daemons")
+print(f"\nN = {n:,} chunk files: fastest of {runs} run(s), {caches}; {fresh}")
 head = ["walk", "mode"] + [f"{t} s" for t in targets] + [f"native/{m}" for m in mounts] + ["entries"]
 w = [9, 5] + [9] * len(targets) + [10] * len(mounts) + [9]
 print("  ".join(f"{h:>{x}s}" if i > 1 else f"{h:<{x}s}" for i, (h, x) in enumerate(zip(head, w))))
