@@ -52,6 +52,9 @@ export BENCH_DIR="${BENCH_DIR:-/var/tmp/zarrfs-bench-walk}"
 
 source "$REPO/scripts/bench_lib.sh" walk
 
+# One run at a time per BENCH_DIR: a second one's exit would unmount the first one's mounts.
+exec 9> "$WORK/.lock"
+flock -n 9 || die "another bench_walk.sh is running in $WORK"
 # Every mount under $WORK is unmounted on exit, whatever ends the run.
 trap 'end_work_processes; cleanup' EXIT
 trap 'exit 130' INT TERM
