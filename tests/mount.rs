@@ -53,6 +53,7 @@ impl Mount {
             allow_other: false,
             fsname: "zarrfs-test".into(),
             threads: 4,
+            max_inodes: zarrfs::fuse::DEFAULT_MAX_INODES,
         };
         let mounted = session::mount(fs, runtime.handle().clone(), dir.path(), &cfg).unwrap_or_else(|e| {
             panic!(

@@ -244,6 +244,29 @@ mod tests {
     }
 
     #[test]
+    fn the_names_to_forget_are_the_oldest_directories_then_files_of_large_ones() {
+        let t = InodeTable::new();
+        for dir in ["d0", "d1", "d2"] {
+            t.lookup(dir);
+            for i in 0..100 {
+                t.lookup(format!("{dir}/{i}").as_str());
+            }
+        }
+        // 150 inodes: the whole of d0 (100), then of d1, the next oldest.
+        let names = t.oldest_names(150);
+        let d0 = t.peek("d0").unwrap();
+        assert_eq!(names, [(ROOT_INO, "d0".to_string()), (ROOT_INO, "d1".to_string())]);
+        assert!(!names.iter().any(|(dir, _)| *dir == d0), "a file of d0 named besides d0");
+        // Files at the root go one by one, oldest first.
+        let t = InodeTable::new();
+        let first = t.lookup("a");
+        t.lookup("b");
+        assert_eq!(t.oldest_names(1), [(ROOT_INO, "a".to_string())]);
+        t.forget(first, 1);
+        assert_eq!(t.oldest_names(5), [(ROOT_INO, "b".to_string())]);
+    }
+
+    #[test]
     fn an_inode_keeps_its_directories_while_it_lives() {
         let t = InodeTable::new();
         let dir = t.lookup("a/b");
