@@ -64,7 +64,8 @@ pub fn run(cli: Cli) -> i32 {
                 },
             }),
             max_probe_shards,
-        }),
+        })
+        .map(drop),
     };
     match result {
         Ok(()) => 0,

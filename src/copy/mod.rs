@@ -6,21 +6,29 @@
 //! (`reading::open`): the same rewritten metadata, the same chunk files, so DEST holds byte for
 //! byte what `cp -r` of a mount of SOURCE gives; nothing is decoded or re-encoded. It runs in
 //! three steps:
-//! - [`plan`]: the view walked once, sharded arrays' chunk trees taken as their stored shards
-//!   (listings only), and the part's share cut from it by bytes;
+//! - [`outline`]: the hierarchy outside its arrays walked (groups, every metadata document,
+//!   where the arrays are); with `--shard`, [`pack::decide`] then says which arrays are packed
+//!   and how;
 //! - a check that DEST, if it holds anything, holds no other hierarchy: every metadata document
-//!   of the plan that DEST holds must have the copy's bytes, or nothing is written;
-//! - [`work`]: the part's units copied, each shard's index read and its chunk files written,
-//!   `--jobs` files at a time, files already in DEST skipped; [`progress`] shows how far it
+//!   the copy writes that DEST holds must have the copy's bytes, or nothing is written;
+//! - [`walk`] and [`work`] side by side: the arrays walked one at a time, a directory at a
+//!   time (sharded arrays' chunk trees as their stored shards, with `--shard` chunk files
+//!   gathered into destination shards a row at a time, see [`pack_rows`]), each batch of units
+//!   dealt to the parts as it comes ([`plan`]) and the part's units copied while the walk goes
+//!   on, `--jobs` files at a time, files already in DEST skipped; [`progress`] shows how far it
 //!   got and sums up. Metadata is written last.
 //!
-//! With `--shard SHAPE` (or `--shard auto`) the same steps pack instead: the walk takes every
-//! chunk file, and a unit is a destination shard ([`pack`]).
+//! So what the copy holds in memory is bounded by the largest directory and row of shards, not
+//! by the number of chunks (issue 35): `Tally::held` counts it, and the `--json` summary says
+//! its peak (`held_keys_peak`).
 
 mod dest;
+mod outline;
 mod pack;
+mod pack_rows;
 pub mod plan;
 mod progress;
+mod walk;
 mod work;
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -90,8 +98,33 @@ fn source_view(source: &str, max_probe_shards: Option<u64>) -> Result<View> {
     Ok(crate::reading::open(&settings)?.view)
 }
 
+/// What a copy did, for callers other than the command line (tests, benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    pub files_copied: u64,
+    pub files_skipped: u64,
+    /// The most keys of the source held in memory at once (see `progress::Gauge`).
+    pub held_peak: u64,
+}
+
+/// glibc's malloc arenas a copy allocates from. By default glibc gives threads up to eight
+/// arenas a core, and a copy's threads (runtime workers, and the blocking threads that read and
+/// write local files) allocate and free millions of small buffers across them: each arena
+/// keeps what it freed, so the process grew with the number of files copied (180 MiB for 10^6
+/// chunk files, 71 MiB with two arenas; issue 35). Two arenas cost no measurable speed here.
+const MALLOC_ARENAS: i32 = 2;
+
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a malloc tunable; called before the copy starts its threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
+    }
+}
+
 /// `zarrfs copy SOURCE DEST --unshard …`.
-pub fn run(args: &CopyArgs) -> Result<()> {
+pub fn run(args: &CopyArgs) -> Result<Report> {
+    limit_malloc_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let started = Instant::now();
     let tally = Arc::new(Tally::default());
@@ -118,7 +151,11 @@ pub fn run(args: &CopyArgs) -> Result<()> {
             args.dest
         );
     }
-    Ok(())
+    Ok(Report {
+        files_copied: tally.files_copied.load(Relaxed),
+        files_skipped: tally.files_skipped.load(Relaxed),
+        held_peak: tally.held.peak(),
+    })
 }
 
 /// Packed arrays most named before the copy starts (the JSON summary names them all).
@@ -149,18 +186,35 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
     let view = Arc::new(source_view(&args.source, args.max_probe_shards)?);
     dest::refuse_inside(&args.source, &args.dest)?;
     let (dest, empty) = Dest::open(&args.dest).await?;
-    let planning = async {
-        let walked = plan::walk(&view, args.shard.is_some()).await?;
-        match &args.shard {
-            Some(shaping) => pack::plan(&view, walked, shaping, (!empty).then_some(&dest), args.jobs).await,
-            None => Ok(walked),
-        }
+    let cannot_plan = |e: anyhow::Error| e.context(format!("cannot plan the copy of {}", args.source));
+    let outline = outline::outline(&view).await.map_err(cannot_plan)?;
+    let packing = match &args.shard {
+        Some(shaping) => Some(
+            pack::decide(&view, &outline, shaping, (!empty).then_some(&dest), args.jobs)
+                .await
+                .map_err(cannot_plan)?,
+        ),
+        None => None,
     };
-    let plan = planning
-        .await
-        .map_err(|e| e.context(format!("cannot plan the copy of {}", args.source)))?;
+    let metadata: Vec<Unit> = outline
+        .files
+        .iter()
+        .filter(|(path, _)| plan::is_metadata_path(path))
+        .map(
+            |(path, node)| match packing.as_ref().and_then(|p| p.rewritten.get(path)) {
+                Some(bytes) => Unit::Doc {
+                    path: path.clone(),
+                    bytes: bytes.clone(),
+                },
+                None => Unit::File {
+                    path: path.clone(),
+                    node: node.clone(),
+                },
+            },
+        )
+        .collect();
     if !empty {
-        let conflicts = work::metadata_conflicts(&view, &dest, &plan.units, args.jobs).await?;
+        let conflicts = work::metadata_conflicts(&view, &dest, &metadata, args.jobs).await?;
         if let Some(first) = conflicts.first() {
             bail!(
                 "the destination {} holds another hierarchy: its {first}{} differs from what this copy writes; \
@@ -173,30 +227,21 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
             );
         }
     }
-    let mine: Vec<Unit> = plan::cut(&plan.units, args.part)
-        .into_iter()
-        .map(|i| plan.units[i].clone())
-        .collect();
-    if args.part.k == 0 {
-        for dir in &plan.dirs {
-            if let Err(e) = dest.make_dir(dir).await {
-                tally.failed(dir, &e.context(format!("cannot make the directory {dir}")));
-            }
-        }
-    }
-    let totals = Totals {
-        units: mine.len() as u64,
-        shards: mine
-            .iter()
-            .filter(|u| matches!(u, Unit::Shard(_) | Unit::Pack(_)))
-            .count() as u64,
-        bytes: mine.iter().map(Unit::size).sum(),
-        packed: plan.packed,
-    };
+    let packed = packing.as_ref().map(|p| p.packed.clone()).unwrap_or_default();
     if !args.json {
-        say_packed(&totals.packed);
+        say_packed(&packed);
     }
-    let progress = Progress::start(tally.clone(), totals.clone(), args.progress_every);
+    let progress = Progress::start(tally.clone(), args.progress_every);
+    let (queue, units) = tokio::sync::mpsc::channel(walk::UNITS_QUEUED);
+    let walker = walk::Walk {
+        view: &view,
+        dest: &dest,
+        tally,
+        cutter: plan::Cutter::new(args.part),
+        make_dirs: args.part.k == 0,
+        packing: packing.as_ref(),
+        queue,
+    };
     let work = work::Work {
         view: &view,
         dest: &dest,
@@ -206,12 +251,19 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
         verify: args.verify,
         packing: pack::budget(),
     };
-    let done = work.run(mine).await;
+    // The walk hands units on as it finds them; the copying stops the walk when it stops.
+    let (walked, done) = futures::join!(
+        walker.run(outline, metadata),
+        work.run(futures::stream::unfold(units, |mut units| async move {
+            units.recv().await.map(|unit| (unit, units))
+        }))
+    );
     progress.finish();
     // What was written is made durable even when the copy stopped early: a rerun skips it.
     dest.finish().await?;
     done?;
-    Ok(totals)
+    walked.map_err(cannot_plan)?;
+    Ok(tally.totals(packed))
 }
 
 fn summary(args: &CopyArgs, tally: &Tally, elapsed: Duration) -> String {

@@ -1,11 +1,12 @@
 //! `zarrfs copy --shard SHAPE`: an unsharded hierarchy (or the unsharded view of a sharded one)
 //! packed into shards of SHAPE elements, with the mount's packer (`zarr::shard_pack`).
 //!
-//! Planning reads every `zarr.json` the walk found: an array that `zarr::reshard::packs` takes
-//! (with `--shard auto`: each array in the shape `zarr::shard_shape` chooses for it, from the
-//! mean size of its chunk files) gets its sharded document, a group its consolidated entries
-//! changed alike; then every file below such an array whose name is a chunk key goes to the
-//! shard that holds it. A unit is one destination shard: its chunk files, read `PACK_READS` at
+//! [`decide`] reads every `zarr.json` the outline found: an array that `zarr::reshard::packs`
+//! takes (with `--shard auto`: each array in the shape `zarr::shard_shape` chooses for it, from
+//! the mean size of its chunk files, found by a walk of its chunk tree that keeps only sums)
+//! gets its sharded document, a group its consolidated entries changed alike; then, as the
+//! copy walks such an array, every file below it whose name is a chunk key goes to the shard
+//! that holds it (`pack_rows`). A unit is one destination shard: its chunk files, read `PACK_READS` at
 //! a time and packed in C order with the index at the end, so its size and index are known
 //! from the chunk sizes alone before any byte is read — which lets a rerun skip a shard DEST
 //! holds already (same size, same index) without reading its chunks. At most `PACKING_MIB` of
@@ -20,9 +21,8 @@ use futures::{StreamExt, TryStreamExt};
 use tokio::sync::Semaphore;
 
 use super::dest::Dest;
-use super::plan::{Plan, Unit};
+use super::outline::Outline;
 use super::work::read_whole;
-use crate::store::key::dir_prefix;
 use crate::view::{Node, View};
 use crate::zarr::key_encoding::ChunkKeyEncoding;
 use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
@@ -100,55 +100,52 @@ pub enum Shaping {
 }
 
 /// An array being packed.
-struct Target {
-    encoding: ChunkKeyEncoding,
-    ndim: usize,
-    grid: Vec<u64>,
-    level: Arc<ShardLevel>,
+pub struct Target {
+    pub encoding: ChunkKeyEncoding,
+    pub ndim: usize,
+    pub grid: Vec<u64>,
+    pub level: Arc<ShardLevel>,
 }
 
-/// Turn a whole walk (every file a unit) into the plan of a `--shard` copy (see the module
-/// notes). An array DEST (`dest`: when it holds anything) already holds sharded is packed as
-/// it is there; any other as `shaping` says. The directories of packed arrays' chunk trees are
-/// left out, as DEST's shards make their own.
-pub async fn plan(view: &Arc<View>, walked: Plan, shaping: &Shaping, dest: Option<&Dest>, jobs: usize) -> Result<Plan> {
-    let files: Vec<(String, Node)> = walked
-        .units
-        .into_iter()
-        .filter_map(|u| match u {
-            Unit::File { path, node } => Some((path, node)),
-            _ => None,
+/// What a `--shard` copy packs.
+#[derive(Default)]
+pub struct Packing {
+    /// The arrays packed, by directory.
+    pub targets: HashMap<String, Target>,
+    /// Metadata documents rewritten (packed arrays', groups' whose consolidated entries
+    /// changed), by path.
+    pub rewritten: HashMap<String, Bytes>,
+    /// The arrays packed (by directory) and their shard shapes.
+    pub packed: BTreeMap<String, Vec<u64>>,
+}
+
+/// Decide what a `--shard` copy of the outlined hierarchy packs (see the module notes). An
+/// array DEST (`dest`: when it holds anything) already holds sharded is packed as it is
+/// there; any other as `shaping` says.
+pub async fn decide(
+    view: &Arc<View>,
+    outline: &Outline,
+    shaping: &Shaping,
+    dest: Option<&Dest>,
+    jobs: usize,
+) -> Result<Packing> {
+    // Every document, with what DEST holds at its path (when DEST holds anything).
+    let docs: Vec<(&str, serde_json::Value, Option<Bytes>)> = futures::stream::iter(&outline.docs)
+        .map(|(path, bytes)| async move {
+            let held = match dest {
+                Some(dest) => dest.read(path).await?,
+                None => None,
+            };
+            anyhow::Ok(serde_json::from_slice(bytes).ok().map(|doc| (path.as_str(), doc, held)))
         })
-        .collect();
-    // Every document, with what DEST holds at its path (when DEST holds anything), read
-    // together.
-    let docs: Vec<(usize, serde_json::Value, Option<Bytes>)> =
-        futures::stream::iter(files.iter().enumerate().filter(|(_, (p, _))| is_doc(p)))
-            .map(|(i, (path, node))| async move {
-                let (bytes, held) = futures::join!(read_whole(view, node, path), async {
-                    match dest {
-                        Some(dest) => dest.read(path).await,
-                        None => Ok(None),
-                    }
-                });
-                anyhow::Ok((i, bytes?, held?))
-            })
-            .buffered(jobs.max(1))
-            .try_filter_map(|(i, bytes, held)| async move {
-                Ok(serde_json::from_slice(&bytes).ok().map(|doc| (i, doc, held)))
-            })
-            .try_collect()
-            .await?;
-    let means = match shaping {
-        Shaping::Auto { .. } => mean_chunk_sizes(&files, &docs),
-        Shaping::Shape(_) => HashMap::new(),
-    };
-    // Arrays first: each packed as DEST holds it sharded already, else as `shaping` says.
+        .buffered(jobs.max(1))
+        .try_filter_map(|found| async move { Ok(found) })
+        .try_collect()
+        .await?;
+    let mut out = Packing::default();
     let mut packed: HashMap<String, serde_json::Value> = HashMap::new();
-    let mut rewritten: HashMap<usize, Bytes> = HashMap::new();
-    let mut targets: HashMap<String, Target> = HashMap::new();
-    for (i, doc, held) in &docs {
-        let path = &files[*i].0;
+    // Arrays first: each packed as DEST holds it sharded already, else as `shaping` says.
+    for (path, doc, held) in &docs {
         if packable(doc).is_none() {
             continue;
         }
@@ -160,7 +157,7 @@ pub async fn plan(view: &Arc<View>, walked: Plan, shaping: &Shaping, dest: Optio
         let dir = doc_dir(path);
         let shape = match shaping {
             Shaping::Shape(shape) => Some(shape.clone()),
-            Shaping::Auto { bytes } => auto_shard_shape(doc, means.get(dir).copied(), *bytes),
+            Shaping::Auto { bytes } => auto_shard_shape(doc, mean_chunk_size(view, dir).await?, *bytes),
         };
         let doc = match (like_dest, shape) {
             (Some(doc), _) => doc,
@@ -169,14 +166,13 @@ pub async fn plan(view: &Arc<View>, walked: Plan, shaping: &Shaping, dest: Optio
             }
             _ => continue,
         };
-        targets.insert(dir.to_string(), target(path, &doc)?);
-        rewritten.insert(*i, to_stored_bytes(&doc).into());
+        out.targets.insert(dir.to_string(), target(path, &doc)?);
+        out.rewritten.insert(path.to_string(), to_stored_bytes(&doc).into());
         packed.insert(dir.to_string(), doc);
     }
     // Then groups: their consolidated entries of packed arrays packed alike.
-    for (i, doc, _) in &docs {
-        let path = &files[*i].0;
-        if rewritten.contains_key(i) {
+    for (path, doc, _) in &docs {
+        if out.rewritten.contains_key(*path) {
             continue;
         }
         let dir = doc_dir(path);
@@ -188,10 +184,10 @@ pub async fn plan(view: &Arc<View>, walked: Plan, shaping: &Shaping, dest: Optio
             }
         };
         if let Some(group) = packed_group(doc, &|rel| packed.get(&full(rel)).cloned()) {
-            rewritten.insert(*i, to_stored_bytes(&group).into());
+            out.rewritten.insert(path.to_string(), to_stored_bytes(&group).into());
         }
     }
-    if targets.is_empty() {
+    if out.targets.is_empty() {
         let held = if dest.is_some() {
             " or is held sharded by the destination"
         } else {
@@ -208,38 +204,7 @@ pub async fn plan(view: &Arc<View>, walked: Plan, shaping: &Shaping, dest: Optio
             ),
         }
     }
-    let mut shards: BTreeMap<String, Vec<(u64, String, Node)>> = BTreeMap::new();
-    let mut levels: HashMap<String, Arc<ShardLevel>> = HashMap::new();
-    let mut units = Vec::new();
-    for (i, (path, node)) in files.into_iter().enumerate() {
-        if let Some(bytes) = rewritten.remove(&i) {
-            units.push(Unit::Doc { path, bytes });
-            continue;
-        }
-        match place(&targets, &path) {
-            Some((key, index, level)) => {
-                levels.entry(key.clone()).or_insert(level);
-                shards.entry(key).or_default().push((index, path, node));
-            }
-            None => units.push(Unit::File { path, node }),
-        }
-    }
-    for (key, mut chunks) in shards {
-        chunks.sort_by_key(|(i, _, _)| *i);
-        let level = levels.remove(&key).context("a shard without its array")?;
-        units.push(Unit::Pack(Arc::new(PackUnit { key, chunks, level })));
-    }
-    let inside = |dir: &str| {
-        targets.keys().any(|t| {
-            if t.is_empty() {
-                !dir.is_empty()
-            } else {
-                dir.starts_with(&format!("{t}/"))
-            }
-        })
-    };
-    let dirs = walked.dirs.into_iter().filter(|d| !inside(d)).collect();
-    let packed = packed
+    out.packed = packed
         .into_iter()
         .map(|(dir, doc)| {
             let shape = doc
@@ -250,45 +215,28 @@ pub async fn plan(view: &Arc<View>, walked: Plan, shaping: &Shaping, dest: Optio
             (dir, shape)
         })
         .collect();
-    Ok(Plan { units, dirs, packed })
+    Ok(out)
 }
 
-/// The mean size of the chunk files of each array that could be packed (by its directory):
-/// every file below an array's directory other than a document.
-fn mean_chunk_sizes(
-    files: &[(String, Node)],
-    docs: &[(usize, serde_json::Value, Option<Bytes>)],
-) -> HashMap<String, u64> {
-    let arrays: std::collections::HashSet<&str> = docs
-        .iter()
-        .filter(|(_, doc, _)| packable(doc).is_some())
-        .map(|(i, _, _)| doc_dir(&files[*i].0))
-        .collect();
-    let mut sums: HashMap<String, (u64, u64)> = HashMap::new();
-    for (path, node) in files.iter().filter(|(p, _)| !is_doc(p)) {
-        if let Some((dir, _)) = dirs_above(path).find(|(d, _)| arrays.contains(d)) {
-            let sum = sums.entry(dir.to_string()).or_default();
-            *sum = (sum.0 + 1, sum.1 + node.size);
+/// The mean size of the chunk files of the array at `dir`: every file below its directory
+/// other than a document (its chunk tree walked, only sums kept).
+async fn mean_chunk_size(view: &Arc<View>, dir: &str) -> Result<Option<u64>> {
+    let (mut n, mut bytes) = (0u64, 0u64);
+    let mut listed = std::pin::pin!(super::walk::listings(view, dir.to_string(), true));
+    while let Some(listed) = listed.next().await {
+        for (path, node) in listed?.1.files {
+            if !is_doc(&path) {
+                n += 1;
+                bytes = bytes.saturating_add(node.size);
+            }
         }
     }
-    sums.into_iter()
-        .map(|(dir, (n, bytes))| (dir, bytes / n.max(1)))
-        .collect()
+    Ok((n > 0).then(|| bytes / n))
 }
 
 /// The directory of the node whose document is at `path`.
 fn doc_dir(path: &str) -> &str {
     path.strip_suffix("zarr.json").unwrap_or("").trim_end_matches('/')
-}
-
-/// Every directory above `path` with the rest of the path below it, deepest first, then the
-/// root.
-fn dirs_above(path: &str) -> impl Iterator<Item = (&str, &str)> {
-    let cuts = path.match_indices('/').map(|(i, _)| Some(i)).rev().chain([None]);
-    cuts.map(move |cut| match cut {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("", path),
-    })
 }
 
 fn is_doc(path: &str) -> bool {
@@ -312,27 +260,4 @@ fn target(path: &str, packed: &serde_json::Value) -> Result<Target> {
         grid: crate::zarr::grid::grid_shape(&meta.shape, &level.chunk_shape)?,
         level: Arc::new(level),
     })
-}
-
-/// The shard (its key), index within it and level of the chunk file at `path`, if it is one.
-fn place(targets: &HashMap<String, Target>, path: &str) -> Option<(String, u64, Arc<ShardLevel>)> {
-    for (dir, rel) in dirs_above(path) {
-        let Some(t) = targets.get(dir) else {
-            continue;
-        };
-        let coords = t.encoding.decode(rel, t.ndim)?;
-        if coords.iter().zip(&t.grid).any(|(c, g)| c >= g) {
-            return None;
-        }
-        let per = &t.level.chunks_per_shard;
-        let shard: Vec<u64> = coords.iter().zip(per).map(|(c, k)| c / k).collect();
-        let within: Vec<u64> = coords.iter().zip(per).map(|(c, k)| c % k).collect();
-        let index = t.level.index_of(&within)?;
-        return Some((
-            format!("{}{}", dir_prefix(dir), t.encoding.encode(&shard)),
-            index,
-            t.level.clone(),
-        ));
-    }
-    None
 }

@@ -1,24 +1,25 @@
-//! What a copy does, decided before any byte is copied: the view walked once (directories as
-//! listed, sharded arrays' chunk trees as their stored shards, see `view::copy_units`), then
-//! cut into `--part K/N`.
+//! What a copy does and which part copies it: units of work (a shard, a file outside every
+//! chunk tree, a destination shard to pack) and the cut of `--part K/N`.
 //!
-//! A part is a set of whole units (a shard, or a file outside every chunk tree) balanced by
-//! stored bytes: largest first, each to the part that has the fewest bytes so far (ties to the
-//! lowest part). The walk sees the same listing on every machine, and the cut depends on
-//! nothing else, so N machines given K = 0..N-1 copy disjoint sets whose union is the whole,
-//! with no coordination. Every part checks all the metadata of the plan against DEST (so any
-//! part refuses a DEST that holds another hierarchy), and part 0 also makes the directories.
+//! The units are never all known at once (see `walk`): they come in batches (a directory's
+//! listing, an array's stored shards, a row of destination shards), in an order every machine
+//! sees alike. The [`Cutter`] deals each batch out as it comes, largest unit first (equal sizes
+//! in name order), each to the part that has the fewest bytes so far (ties to the lowest
+//! part), the loads carried from batch to batch. Each machine makes the same deals from the
+//! same listings, so N machines given K = 0..N-1 copy disjoint sets whose union is the whole,
+//! with no coordination; and as in any such list scheduling, the parts end within the largest
+//! unit of each other, whatever the batches.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use bytes::Bytes;
 
 use super::pack::PackUnit;
-use crate::view::{CopyListing, Node, ShardUnit, View};
+use crate::view::{Node, ShardUnit};
 
 /// Files whose bytes say what the hierarchy is: a DEST holding other bytes under these names
 /// holds another hierarchy.
@@ -54,6 +55,14 @@ impl Unit {
         }
     }
 
+    /// Keys of the source it holds in memory: its chunk files' when packing, else one.
+    pub fn entries(&self) -> u64 {
+        match self {
+            Unit::Pack(pack) => pack.chunks.len() as u64,
+            _ => 1,
+        }
+    }
+
     /// The path (a file's) or store key (a shard's) that names the unit.
     pub fn name(&self) -> &str {
         match self {
@@ -70,16 +79,6 @@ impl Unit {
             Unit::Shard(_) | Unit::Pack(_) => false,
         }
     }
-}
-
-/// The whole copy.
-#[derive(Debug, Default)]
-pub struct Plan {
-    pub units: Vec<Unit>,
-    /// Every directory of the view outside chunk trees, parents first.
-    pub dirs: Vec<String>,
-    /// `--shard`: the arrays packed (by directory) and their shard shapes.
-    pub packed: std::collections::BTreeMap<String, Vec<u64>>,
 }
 
 /// `--part K/N`: K counts from 0, as Slurm array indexes and Kubernetes completion indexes do.
@@ -116,70 +115,40 @@ impl std::fmt::Display for Part {
     }
 }
 
-/// Directories listed at once while walking.
-const WALK_LISTINGS: usize = 16;
-
-/// Walk the whole view, a level at a time with the directories of a level listed together
-/// (parents before children). With `whole`, chunk trees are walked too, file by file
-/// (`--shard` needs every chunk file); else a sharded array's chunk tree is taken as its
-/// stored shards.
-pub async fn walk(view: &Arc<View>, whole: bool) -> Result<Plan> {
-    use futures::{StreamExt, TryStreamExt};
-    let mut plan = Plan::default();
-    let mut level = vec![String::new()];
-    while !level.is_empty() {
-        let listings: Vec<CopyListing> = futures::stream::iter(level)
-            .map(|dir| {
-                let view = view.clone();
-                super::on_task(async move {
-                    let listing = view.list_for_copy(&dir, whole).await;
-                    let shown = if dir.is_empty() { "the root" } else { &dir };
-                    listing.with_context(|| format!("cannot list {shown}"))
-                })
-            })
-            .buffered(WALK_LISTINGS)
-            .try_collect()
-            .await?;
-        level = Vec::new();
-        for listing in listings {
-            plan.units
-                .extend(listing.files.into_iter().map(|(path, node)| Unit::File { path, node }));
-            plan.units.extend(listing.shards.into_iter().map(Unit::Shard));
-            plan.dirs.extend(listing.dirs.iter().cloned());
-            level.extend(listing.dirs);
-        }
-    }
-    if plan.units.is_empty() && plan.dirs.is_empty() {
-        bail!("nothing to copy: the source shows no file or directory");
-    }
-    Ok(plan)
+/// The deal of units to parts (see the module notes).
+#[derive(Debug)]
+pub struct Cutter {
+    part: Part,
+    /// The lightest part on top: (bytes so far, part), smallest first.
+    loads: BinaryHeap<Reverse<(u64, usize)>>,
 }
 
-/// The indexes of the units that make part `part`, in name order, metadata last (so that a
-/// part interrupted early leaves chunks without metadata rather than metadata without chunks).
-pub fn cut(units: &[Unit], part: Part) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..units.len()).collect();
-    // Largest first; equal sizes in name order, so every machine orders alike.
-    order.sort_by(|&a, &b| {
-        units[b]
-            .size()
-            .cmp(&units[a].size())
-            .then_with(|| units[a].name().cmp(units[b].name()))
-    });
-    // The lightest part on top: (bytes so far, part), smallest first.
-    let mut loads: BinaryHeap<Reverse<(u64, usize)>> = (0..part.n).map(|p| Reverse((0, p))).collect();
-    let mut mine = Vec::new();
-    for i in order {
-        let Some(Reverse((load, lightest))) = loads.pop() else {
-            break;
-        };
-        loads.push(Reverse((load.saturating_add(units[i].size().max(1)), lightest)));
-        if lightest == part.k {
-            mine.push(i);
+impl Cutter {
+    pub fn new(part: Part) -> Cutter {
+        Cutter {
+            part,
+            loads: (0..part.n).map(|p| Reverse((0, p))).collect(),
         }
     }
-    mine.sort_by(|&a, &b| (units[a].is_metadata(), units[a].name()).cmp(&(units[b].is_metadata(), units[b].name())));
-    mine
+
+    /// The units of `batch` that are this part's, in name order.
+    pub fn cut(&mut self, mut batch: Vec<Unit>) -> Vec<Unit> {
+        // Largest first; equal sizes in name order, so every machine deals alike.
+        batch.sort_by(|a, b| b.size().cmp(&a.size()).then_with(|| a.name().cmp(b.name())));
+        let mut mine = Vec::new();
+        for unit in batch {
+            let Some(Reverse((load, lightest))) = self.loads.pop() else {
+                break;
+            };
+            self.loads
+                .push(Reverse((load.saturating_add(unit.size().max(1)), lightest)));
+            if lightest == self.part.k {
+                mine.push(unit);
+            }
+        }
+        mine.sort_by(|a, b| a.name().cmp(b.name()));
+        mine
+    }
 }
 
 #[cfg(test)]
@@ -207,39 +176,50 @@ mod tests {
         units
     }
 
+    /// The units dealt in batches of `batch` (as a walk gives them), part `part`'s.
+    fn cut(units: &[Unit], part: Part, batch: usize) -> Vec<String> {
+        let mut cutter = Cutter::new(part);
+        units
+            .chunks(batch)
+            .flat_map(|b| cutter.cut(b.to_vec()))
+            .map(|u| u.name().to_string())
+            .collect()
+    }
+
     #[test]
     fn parts_are_disjoint_and_make_the_whole() {
         let units = units();
-        for n in [1, 2, 3, 7, 200] {
-            let mut seen = vec![0; units.len()];
-            for k in 0..n {
-                for i in cut(&units, Part { k, n }) {
-                    seen[i] += 1;
-                }
+        for batch in [1, 10, 1000] {
+            for n in [1, 2, 3, 7, 200] {
+                let mut seen: Vec<String> = (0..n).flat_map(|k| cut(&units, Part { k, n }, batch)).collect();
+                seen.sort();
+                let mut all: Vec<String> = units.iter().map(|u| u.name().to_string()).collect();
+                all.sort();
+                assert_eq!(seen, all, "n={n}, batch={batch}");
             }
-            assert!(seen.iter().all(|&c| c == 1), "n={n}: {seen:?}");
         }
     }
 
     #[test]
-    fn parts_are_balanced_by_bytes() {
+    fn parts_are_balanced_by_bytes_whatever_the_batches() {
         let units = units();
+        let size = |name: &String| units.iter().find(|u| u.name() == name).map_or(0, Unit::size);
         let total: u64 = units.iter().map(Unit::size).sum();
-        let loads: Vec<u64> = (0..4)
-            .map(|k| cut(&units, Part { k, n: 4 }).iter().map(|&i| units[i].size()).sum())
-            .collect();
         let largest = units.iter().map(Unit::size).max().unwrap();
-        for load in &loads {
-            assert!(load.abs_diff(total / 4) <= largest, "{loads:?}");
+        for batch in [1, 7, 1000] {
+            let loads: Vec<u64> = (0..4)
+                .map(|k| cut(&units, Part { k, n: 4 }, batch).iter().map(size).sum())
+                .collect();
+            for load in &loads {
+                assert!(load.abs_diff(total / 4) <= largest, "{loads:?}");
+            }
         }
     }
 
     #[test]
-    fn metadata_comes_last_and_names_in_order() {
+    fn a_batch_comes_out_in_name_order() {
         let units = units();
-        let mine = cut(&units, Part::WHOLE);
-        assert!(units[*mine.last().unwrap()].is_metadata());
-        let names: Vec<&str> = mine[..mine.len() - 1].iter().map(|&i| units[i].name()).collect();
+        let names = cut(&units, Part::WHOLE, units.len());
         assert!(names.windows(2).all(|w| w[0] < w[1]));
     }
 

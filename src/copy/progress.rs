@@ -4,9 +4,12 @@
 //! shards and files), drawn by the `indicatif` crate; otherwise (a batch job's log) a plain
 //! line every `--progress-every` seconds. The summary is one line of text, or with `--json`
 //! one JSON object on stdout, which says what was copied, skipped, verified and failed.
+//!
+//! The copy plans as it goes (see `walk`), so the part's totals grow while it runs: until the
+//! last array is planned, the total shown is what is planned so far, marked with a `+`.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,7 +32,40 @@ pub struct Tally {
     pub shards_done: AtomicU64,
     /// Stored bytes of the part accounted for, for progress.
     pub progress_bytes: AtomicU64,
+    /// The part's units planned so far, shards among them, and their stored bytes.
+    pub planned_units: AtomicU64,
+    pub planned_shards: AtomicU64,
+    pub planned_bytes: AtomicU64,
+    /// Every unit is planned.
+    pub planned: AtomicBool,
+    /// Keys of the source the copy holds in memory.
+    pub held: Gauge,
     failures: Mutex<Vec<(String, String)>>,
+}
+
+/// Keys of the source held in memory (units waiting or in progress, a listing being dealt),
+/// and the most held at once: what planning as the copy goes keeps bounded (issue 35).
+#[derive(Debug, Default)]
+pub struct Gauge {
+    now: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Gauge {
+    pub fn take(&self, n: u64) {
+        let now = self.now.fetch_add(n, Relaxed).saturating_add(n);
+        self.peak.fetch_max(now, Relaxed);
+    }
+
+    pub fn give(&self, n: u64) {
+        let _ = self
+            .now
+            .fetch_update(Relaxed, Relaxed, |now| Some(now.saturating_sub(n)));
+    }
+
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Relaxed)
+    }
 }
 
 /// What the part holds in all.
@@ -51,6 +87,34 @@ impl Tally {
         }
     }
 
+    /// A unit of the part planned.
+    pub fn planned(&self, size: u64, shard: bool) {
+        self.planned_units.fetch_add(1, Relaxed);
+        self.planned_bytes.fetch_add(size, Relaxed);
+        if shard {
+            self.planned_shards.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// What the part holds in all (so far, while it is planned).
+    pub fn totals(&self, packed: std::collections::BTreeMap<String, Vec<u64>>) -> Totals {
+        Totals {
+            units: Self::get(&self.planned_units),
+            shards: Self::get(&self.planned_shards),
+            bytes: Self::get(&self.planned_bytes),
+            packed,
+        }
+    }
+
+    /// `+` while the totals still grow.
+    fn more(&self) -> &'static str {
+        if self.planned.load(Relaxed) {
+            ""
+        } else {
+            "+"
+        }
+    }
+
     pub fn failures(&self) -> Vec<(String, String)> {
         self.failures.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -60,7 +124,9 @@ impl Tally {
     }
 
     /// One line saying where the copy stands.
-    pub fn line(&self, totals: &Totals, elapsed: Duration) -> String {
+    pub fn line(&self, elapsed: Duration) -> String {
+        let totals = self.totals(Default::default());
+        let more = self.more();
         let done = Self::get(&self.progress_bytes);
         let secs = elapsed.as_secs_f64().max(1e-3);
         let rate = done as f64 / secs;
@@ -70,7 +136,7 @@ impl Tally {
             String::new()
         };
         format!(
-            "{} of {} ({:.0}%), {} of {} shards, {} files copied, {} skipped, {} failed, {}/s{left}",
+            "{} of {}{more} ({:.0}%), {} of {}{more} shards, {} files copied, {} skipped, {} failed, {}/s{left}",
             shown_bytes(done),
             shown_bytes(totals.bytes),
             100.0 * done as f64 / totals.bytes.max(1) as f64,
@@ -104,6 +170,7 @@ impl Tally {
             "files_verified": Self::get(&self.files_verified),
             "files_failed": Self::get(&self.files_failed),
             "failures": failures,
+            "held_keys_peak": self.held.peak(),
         });
         if let (Some(out), serde_json::Value::Object(body)) = (out.as_object_mut(), body) {
             out.extend(body);
@@ -123,10 +190,10 @@ pub struct Progress {
 
 impl Progress {
     /// Start showing progress on stderr (a bar on a terminal, else a line every `every`).
-    pub fn start(tally: Arc<Tally>, totals: Totals, every: Duration) -> Progress {
+    pub fn start(tally: Arc<Tally>, every: Duration) -> Progress {
         let started = Instant::now();
         if std::io::stderr().is_terminal() {
-            let bar = indicatif::ProgressBar::new(totals.bytes);
+            let bar = indicatif::ProgressBar::new(0);
             let style = indicatif::ProgressStyle::with_template(
                 "{wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}",
             )
@@ -135,11 +202,13 @@ impl Progress {
             let shown = bar.clone();
             let task = tokio::spawn(async move {
                 loop {
+                    shown.set_length(tally.planned_bytes.load(Relaxed));
                     shown.set_position(tally.progress_bytes.load(Relaxed));
                     shown.set_message(format!(
-                        "{}/{} shards, {} files",
+                        "{}/{}{} shards, {} files",
                         tally.shards_done.load(Relaxed),
-                        totals.shards,
+                        tally.planned_shards.load(Relaxed),
+                        tally.more(),
                         tally.files_copied.load(Relaxed) + tally.files_skipped.load(Relaxed)
                     ));
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -150,7 +219,7 @@ impl Progress {
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every.max(Duration::from_millis(100))).await;
-                eprintln!("zarrfs copy: {}", tally.line(&totals, started.elapsed()));
+                eprintln!("zarrfs copy: {}", tally.line(started.elapsed()));
             }
         });
         Progress { task, bar: None }

@@ -97,6 +97,8 @@ impl Content {
 
 /// A unit in progress: when its last file is done, the unit is.
 struct UnitState {
+    /// Keys held for it (see `Tally::held`): its own and its files'.
+    held: u64,
     size: u64,
     shard: bool,
     remaining: AtomicUsize,
@@ -105,15 +107,22 @@ struct UnitState {
 
 impl Work<'_> {
     /// Copy every file of `units`, in order.
-    pub async fn run(&self, units: Vec<Unit>) -> Result<()> {
-        let files = futures::stream::iter(units)
+    pub async fn run(&self, units: impl futures::Stream<Item = Unit>) -> Result<()> {
+        let files = units
             .map(|unit| async move {
                 let files = self.files_of(&unit).await;
                 (unit, files)
             })
             .buffered(units_ahead(self.jobs))
             .flat_map(|(unit, files)| {
+                // A stored shard's files are found here: they are held until it is done.
+                let found = match (&unit, &files) {
+                    (Unit::Shard(_), Ok(files)) => files.len() as u64,
+                    _ => 0,
+                };
+                self.tally.held.take(found);
                 let state = Arc::new(UnitState {
+                    held: unit.entries() + found,
                     size: unit.size(),
                     shard: matches!(unit, Unit::Shard(_) | Unit::Pack(_)),
                     remaining: AtomicUsize::new(0),
@@ -136,7 +145,7 @@ impl Work<'_> {
                         .map(move |(path, content)| (state.clone(), path, content)),
                 )
             });
-        let mut copies = files
+        let copies = files
             .map(|(state, path, content)| async move {
                 if let Err(e) = self.copy_file(&path, &content).await {
                     self.tally.failed(&path, &e);
@@ -149,6 +158,7 @@ impl Work<'_> {
                 }
             })
             .buffer_unordered(self.jobs.max(1));
+        let mut copies = std::pin::pin!(copies);
         while copies.next().await.is_some() {
             let failed = self.tally.files_failed.load(Relaxed);
             if failed >= MAX_FAILURES {
@@ -159,6 +169,7 @@ impl Work<'_> {
     }
 
     fn unit_done(&self, state: &UnitState) {
+        self.tally.held.give(state.held);
         let rest = state.size.saturating_sub(state.file_bytes.load(Relaxed));
         self.tally.progress_bytes.fetch_add(rest, Relaxed);
         self.tally.units_done.fetch_add(1, Relaxed);

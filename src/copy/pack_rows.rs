@@ -1,0 +1,133 @@
+//! `--shard`: an array's chunk files gathered into destination shards as its walk lists them,
+//! a row of shards at a time, so that no more than a row's chunk files are held at once.
+//!
+//! The walk (`walk::listings`) lists directories depth first, children in order of their
+//! coordinates, and a listing's chunk files are taken in order of theirs: so the chunk files
+//! come in ascending order of their first coordinate, a chunk directory (or, for a flat key
+//! encoding, the one directory) at a time. A shard is complete when a chunk of a later row of
+//! shards (along the first dimension) comes, and is then handed on; the last row when the
+//! walk of the array ends. A shard's chunks are packed in the order of their index within it,
+//! as `pack` wants them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+
+use super::pack::{PackUnit, Target};
+use super::plan::Unit;
+use crate::store::key::dir_prefix;
+use crate::view::Node;
+
+/// The destination shards of one packed array being gathered.
+pub struct Rows<'a> {
+    /// The array's directory, as a prefix of its files' paths.
+    prefix: String,
+    target: &'a Target,
+    /// Shards whose chunks may still come, by coordinates in the shard grid: their chunks as
+    /// (index within the shard, path, node).
+    open: BTreeMap<Vec<u64>, Vec<(u64, String, Node)>>,
+    /// The row (first shard coordinate) of the last chunk taken: rows before it are complete.
+    row: u64,
+    ready: Vec<Unit>,
+}
+
+/// Where a chunk file goes: its shard's coordinates and its index within the shard.
+type Placed = (Vec<u64>, u64);
+
+impl<'a> Rows<'a> {
+    pub fn new(dir: &str, target: &'a Target) -> Rows<'a> {
+        Rows {
+            prefix: dir_prefix(dir),
+            target,
+            open: BTreeMap::new(),
+            row: 0,
+            ready: Vec::new(),
+        }
+    }
+
+    /// Take the chunk files of a listing into their shards; give back the other files.
+    pub fn add(&mut self, files: Vec<(String, Node)>) -> Result<Vec<(String, Node)>> {
+        let mut others = Vec::new();
+        let mut chunks = Vec::new();
+        for (path, node) in files {
+            match self.place(&path) {
+                Some(placed) => chunks.push((placed, path, node)),
+                None => others.push((path, node)),
+            }
+        }
+        chunks.sort_by(|a, b| a.0.cmp(&b.0));
+        for ((shard, index), path, node) in chunks {
+            let row = shard.first().copied().unwrap_or(0);
+            if row < self.row {
+                bail!(
+                    "{path}: its chunk comes after chunks of later rows of shards (a name that \
+                     is not a coordinate in its shortest form?); cannot pack it"
+                );
+            }
+            if row > self.row {
+                self.close_before(row);
+                self.row = row;
+            }
+            self.open.entry(shard).or_default().push((index, path, node));
+        }
+        Ok(others)
+    }
+
+    /// The shards complete so far.
+    pub fn ready(&mut self) -> Vec<Unit> {
+        std::mem::take(&mut self.ready)
+    }
+
+    /// Every shard left: the walk of the array has ended.
+    pub fn finish(mut self) -> Vec<Unit> {
+        self.close_before(u64::MAX);
+        let mut units = self.ready;
+        let last = std::mem::take(&mut self.open);
+        units.extend(
+            last.into_iter()
+                .map(|(shard, chunks)| unit(&self.prefix, self.target, &shard, chunks)),
+        );
+        units
+    }
+
+    fn close_before(&mut self, row: u64) {
+        let later = self.open.split_off(&vec![row]);
+        let done = std::mem::replace(&mut self.open, later);
+        for (shard, chunks) in done {
+            self.ready.push(unit(&self.prefix, self.target, &shard, chunks));
+        }
+    }
+
+    /// The shard and index within it of the chunk file at `path`, if it is one of the array.
+    fn place(&self, path: &str) -> Option<Placed> {
+        let t = self.target;
+        let rel = path.strip_prefix(&self.prefix)?;
+        let coords = t.encoding.decode(rel, t.ndim)?;
+        if coords.len() != t.grid.len() || coords.iter().zip(&t.grid).any(|(c, g)| c >= g) {
+            return None;
+        }
+        let per = &t.level.chunks_per_shard;
+        let shard: Vec<u64> = coords
+            .iter()
+            .zip(per)
+            .map(|(c, k)| c.checked_div(*k))
+            .collect::<Option<_>>()?;
+        let within: Vec<u64> = coords
+            .iter()
+            .zip(per)
+            .map(|(c, k)| c.checked_rem(*k))
+            .collect::<Option<_>>()?;
+        let index = t.level.index_of(&within)?;
+        Some((shard, index))
+    }
+}
+
+fn unit(prefix: &str, target: &Target, shard: &[u64], mut chunks: Vec<(u64, String, Node)>) -> Unit {
+    chunks.sort_by_key(|(i, _, _)| *i);
+    Unit::Pack(Arc::new(PackUnit {
+        key: format!("{prefix}{}", target.encoding.encode(shard)),
+        chunks,
+        level: target.level.clone(),
+    }))
+}
