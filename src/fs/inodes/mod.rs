@@ -223,7 +223,7 @@ mod tests {
         assert_eq!(t.len(), (1 << 20) + 1024 + 3);
         // What each inode must keep, and what the table takes with its free slots (a hash
         // table is between half and 7/8 full once it has grown).
-        assert!(tree::BYTES_PER_INODE <= 82, "{} bytes per inode", tree::BYTES_PER_INODE);
+        const { assert!(tree::BYTES_PER_INODE <= 82) };
         let per_inode = t.bytes() / t.len();
         assert!(
             per_inode <= 2 * tree::BYTES_PER_INODE,
@@ -256,7 +256,10 @@ mod tests {
         let names = t.oldest_names(150);
         let d0 = t.peek("d0").unwrap();
         assert_eq!(names, [(ROOT_INO, "d0".to_string()), (ROOT_INO, "d1".to_string())]);
-        assert!(!names.iter().any(|(dir, _)| *dir == d0), "a file of d0 named besides d0");
+        assert!(
+            !names.iter().any(|(dir, _)| *dir == d0),
+            "a file of d0 named besides d0"
+        );
         // Files at the root go one by one, oldest first.
         let t = InodeTable::new();
         let first = t.lookup("a");
