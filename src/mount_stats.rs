@@ -147,23 +147,21 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
             bytes(n("inode_table_bytes"))
         ));
     }
-    if let Some(Value::Object(ops)) = c
-        .get("daemon_latency")
-        .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
-    {
-        let time = |us: u64| match us {
-            us if us >= 10_000 => format!("{} ms", us / 1000),
-            us => format!("{us} µs"),
-        };
-        let field = |op: &Value, k: &str| op.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let each: Vec<String> = ops
-            .iter()
-            .map(|(name, op)| {
-                let (p50, p99) = (time(field(op, "p50_us")), time(field(op, "p99_us")));
-                format!("{name} {} (p50 ≤ {p50}, p99 ≤ {p99})", field(op, "count"))
-            })
-            .collect();
-        lines.push(format!("daemon time     {}", each.join(", ")));
+    let time = |us: u64| match us {
+        us if us >= 10_000 => format!("{} ms", us / 1000),
+        us => format!("{us} µs"),
+    };
+    let timed: Vec<String> = crate::fs::latency::Latencies::kinds()
+        .iter()
+        .filter(|op| n(&format!("latency_{op}_count")) > 0)
+        .map(|op| {
+            let (p50, p99) = (n(&format!("latency_{op}_p50_us")), n(&format!("latency_{op}_p99_us")));
+            let count = n(&format!("latency_{op}_count"));
+            format!("{op} {count} (p50 ≤ {}, p99 ≤ {})", time(p50), time(p99))
+        })
+        .collect();
+    if !timed.is_empty() {
+        lines.push(format!("daemon time     {}", timed.join(", ")));
     }
     if c.contains_key("journal_pending_files") {
         lines.push(format!(
@@ -244,8 +242,9 @@ mod tests {
         held.insert("inodes_held".into(), 1_000_001.into());
         held.insert("inode_table_bytes".into(), (82u64 << 20).into());
         held.insert("daemon_rss_bytes".into(), (200u64 << 20).into());
-        let latency = r#"{"lookup": {"count": 12, "p50_us": 16, "p99_us": 32768}}"#;
-        held.insert("daemon_latency".into(), serde_json::from_str(latency).unwrap());
+        held.insert("latency_lookup_count".into(), 12.into());
+        held.insert("latency_lookup_p50_us".into(), 16.into());
+        held.insert("latency_lookup_p99_us".into(), 32768.into());
         let text = to_text(Path::new("/mnt/d"), "/data/x.zarr", &held);
         assert!(
             text.contains("memory          200.0 MiB resident; 1000001 inodes held (82.0 MiB in the inode table)"),

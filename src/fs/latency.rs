@@ -96,16 +96,23 @@ impl Latencies {
         }
     }
 
-    /// `{op: {"count", "p50_us", "p99_us"}}` for each kind that was asked for.
-    pub fn snapshot(&self) -> serde_json::Value {
+    /// `latency_OP_count`, `latency_OP_p50_us` and `latency_OP_p99_us` for every kind (0 for
+    /// one never asked for): flat numbers and always the same keys, as every other counter
+    /// (scripts subtract two snapshots).
+    pub fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut out = serde_json::Map::new();
         for (op, histogram) in OPS.iter().zip(&self.ops) {
-            if let Some((count, p50, p99)) = histogram.summary() {
-                let summary = serde_json::json!({"count": count, "p50_us": p50, "p99_us": p99});
-                out.insert((*op).to_string(), summary);
-            }
+            let (count, p50, p99) = histogram.summary().unwrap_or((0, 0, 0));
+            out.insert(format!("latency_{op}_count"), count.into());
+            out.insert(format!("latency_{op}_p50_us"), p50.into());
+            out.insert(format!("latency_{op}_p99_us"), p99.into());
         }
-        serde_json::Value::Object(out)
+        out
+    }
+
+    /// The kinds timed, in the order `zarrfs stats` prints them.
+    pub fn kinds() -> &'static [&'static str] {
+        &OPS
     }
 }
 
@@ -123,14 +130,15 @@ mod tests {
         l.record("lookup", Duration::from_millis(40)); // [32768, 65536)
         l.record("mystery", Duration::from_micros(0));
         let s = l.snapshot();
-        assert_eq!(s["lookup"]["count"], 100);
-        assert_eq!(s["lookup"]["p50_us"], 4);
-        assert_eq!(s["lookup"]["p99_us"], 1024);
-        assert_eq!(s["other"]["count"], 1);
-        assert_eq!(s["other"]["p99_us"], 1);
-        assert!(s.get("read").is_none(), "kinds never asked for are left out");
+        assert_eq!(s["latency_lookup_count"], 100);
+        assert_eq!(s["latency_lookup_p50_us"], 4);
+        assert_eq!(s["latency_lookup_p99_us"], 1024);
+        assert_eq!(s["latency_other_count"], 1);
+        assert_eq!(s["latency_other_p99_us"], 1);
+        assert!(s.values().all(|v| v.is_u64()), "every value a number: {s:?}");
+        assert_eq!(s["latency_read_count"], 0, "kinds never asked for count 0");
+        assert_eq!(s.len(), 3 * OPS.len(), "the same keys whatever was asked");
         l.record("read", Duration::from_secs(u64::MAX));
-        assert_eq!(s.get("read"), None);
-        assert_eq!(l.snapshot()["read"]["p50_us"], 1u64 << (BUCKETS - 1));
+        assert_eq!(l.snapshot()["latency_read_p50_us"], 1u64 << (BUCKETS - 1));
     }
 }

@@ -16,7 +16,7 @@ pub mod inodes;
 pub mod journal;
 mod journaling;
 pub mod kernel_listings;
-mod latency;
+pub mod latency;
 mod link;
 mod overlay;
 mod readdir;

@@ -26,7 +26,7 @@ impl Fs {
         stats.extend(self.view.shard_stats().snapshot());
         stats.extend(self.ops.snapshot());
         stats.extend(self.holdings());
-        stats.insert("daemon_latency".into(), self.latencies.snapshot());
+        stats.extend(self.latencies.snapshot());
         serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute)
     }
 
