@@ -271,6 +271,7 @@ pub struct MountArgs {
     /// to 164 bytes each); beyond it the kernel is asked to forget the directories walked
     /// longest ago (default 1048576). A walk of more files than this (du, ls -l, rsync of
     /// millions of chunk files) then keeps memory bounded, and a walk again looks them up anew.
+    /// At least 1024.
     #[arg(long, value_name = "N", help_heading = "Caching")]
     pub max_inodes: Option<usize>,
     /// Memory for the content of files being written, in bytes (suffixes K, M, G); beyond it
