@@ -15,6 +15,7 @@ pub mod handles;
 pub mod inodes;
 pub mod journal;
 mod journaling;
+mod kernel_holds;
 pub mod kernel_listings;
 pub mod latency;
 mod link;
@@ -35,7 +36,7 @@ use bytes::Bytes;
 
 pub use error::{ErrorLog, FsError};
 use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile};
-use inodes::{InodeTable, Name, Place, ROOT_INO};
+use inodes::{InodeTable, Name, ROOT_INO};
 
 use crate::view::{ContentId, Located, Node, View};
 
@@ -235,32 +236,6 @@ impl Fs {
         Ok(self.entry_attr(parent, &dir, name, &node))
     }
 
-    /// The inode and attributes a name is handed to the kernel with (one lookup counted). With
-    /// the page cache, a file's inode never changes size: another size gets another inode (see
-    /// `fs/inodes/sizes.rs`).
-    /// The entry is `name` in directory `dir`, whose inode is `dir_ino`.
-    pub(crate) fn entry_attr(&self, dir_ino: u64, dir: &str, name: &str, node: &Node) -> Attr {
-        let place = Place::Child { dir_ino, dir, name };
-        if !self.config.page_cache() {
-            let ino = self.inodes.lookup(place);
-            return self.attr(ino, node);
-        }
-        if node.is_dir() {
-            let ino = self.inodes.lookup_sized(place, None);
-            return self.attr(ino, node);
-        }
-        self.inodes.lookup_shown(place, node.size, |ino| self.attr(ino, node))
-    }
-
-    /// With the page cache, the bytes of a file whose size is not its inode's are another
-    /// inode's: `Replaced` (ESTALE) for whatever would read them through this one.
-    fn check_size(&self, ino: u64, node: &Node) -> FsResult<()> {
-        match self.config.page_cache() && !node.is_dir() && self.inodes.shown_if_resized(ino, node.size).is_some() {
-            true => Err(FsError::Replaced),
-            false => Ok(()),
-        }
-    }
-
     /// The node at a placed path: the view's, or a directory only the mount knows of.
     async fn node(&self, at: &Located) -> FsResult<Node> {
         if let Some(node) = self.view.node(at).await? {
@@ -270,30 +245,6 @@ impl Fs {
             return Ok(Node::dir());
         }
         Err(FsError::NotFound)
-    }
-
-    /// A kernel request of kind `op` was answered `elapsed` after it arrived.
-    pub fn answered(&self, op: &str, elapsed: Duration) {
-        self.latencies.record(op, elapsed);
-    }
-
-    /// Inodes the mount keeps now.
-    pub fn inodes_held(&self) -> usize {
-        self.inodes.len()
-    }
-
-    /// Names (a directory inode and a name in it) the kernel should forget so that about
-    /// `want` inodes can go, and count them as asked (see `fuse/pruning.rs`).
-    pub fn inodes_to_forget(&self, want: usize) -> Vec<(u64, String)> {
-        let names = self.inodes.oldest_names(want);
-        self.ops
-            .forgets_asked
-            .fetch_add(names.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        names
-    }
-
-    pub fn forget(&self, ino: u64, n: u64) {
-        self.inodes.forget(ino, n);
     }
 
     /// The kernel asks for a file's attributes (counted as its GETATTR requests).

@@ -40,7 +40,6 @@ impl Pruner {
         let thread = std::thread::Builder::new()
             .name("zarrfs-prune".into())
             .spawn(move || {
-                crate::threads::register_serving();
                 while !stopped.load(Ordering::Relaxed) {
                     std::thread::sleep(PERIOD);
                     prune(&fs, &notifier, max);

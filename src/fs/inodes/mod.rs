@@ -13,6 +13,7 @@
 //! valid. The root is inode 1 and is never dropped. One mutex guards the table; nothing is
 //! awaited while it is held.
 
+mod forgetting;
 mod held;
 mod sizes;
 mod tree;
@@ -169,7 +170,7 @@ impl InodeTable {
     }
 
     /// Names whose forgetting by the kernel would let about `want` inodes go, oldest first
-    /// (see [`Tables::oldest_names`](tree::Tables)): each a directory inode and a name in it.
+    /// (see `forgetting.rs`): each a directory inode and a name in it.
     pub fn oldest_names(&self, want: usize) -> Vec<(u64, String)> {
         self.lock().oldest_names(want)
     }

@@ -78,6 +78,19 @@ impl Inode {
         }
     }
 
+    pub(super) fn is_attached(&self) -> bool {
+        self.flags & ATTACHED != 0
+    }
+
+    /// No inode names this one as its parent.
+    pub(super) fn is_leaf(&self) -> bool {
+        self.children == 0
+    }
+
+    pub(super) fn children(&self) -> u32 {
+        self.children
+    }
+
     pub(super) fn relink(&mut self) {
         self.flags &= !UNLINKED;
     }
@@ -346,48 +359,6 @@ impl Tables {
             self.drop_if_unused(ino);
         }
         old
-    }
-
-    /// Names that, once the kernel forgets them, let about `want` inodes go: the kernel holds
-    /// inodes for as long as it likes, so a mount that must keep its memory bounded asks it to
-    /// forget some. The oldest inodes the kernel holds and nothing else does (walks go in
-    /// order, so the first walked) are let go through their directory, which takes every file
-    /// in it at once; a file of a directory too large for that, or of the root, alone.
-    pub(super) fn oldest_names(&self, want: usize) -> Vec<(u64, String)> {
-        /// A directory with more entries than this is not forgotten whole.
-        const WHOLE_DIR: u32 = 1 << 16;
-        let mut leaves: Vec<(u64, u64)> = self
-            .inodes
-            .iter()
-            .filter(|(ino, i)| i.children == 0 && i.lookups > 0 && i.flags & ATTACHED != 0 && **ino != ROOT_INO)
-            .filter(|(ino, _)| !self.held.contains_key(ino))
-            .map(|(ino, i)| (*ino, i.parent))
-            .collect();
-        leaves.sort_unstable();
-        let mut names = Vec::new();
-        let mut dirs = std::collections::HashSet::new();
-        let mut freed = 0usize;
-        for (ino, parent) in leaves {
-            if freed >= want {
-                break;
-            }
-            if dirs.contains(&parent) {
-                continue;
-            }
-            let Some(dir) = self.inodes.get(&parent) else {
-                continue;
-            };
-            let whole = parent != ROOT_INO && dir.children <= WHOLE_DIR && dir.flags & ATTACHED != 0;
-            if whole && !self.held.contains_key(&parent) {
-                dirs.insert(parent);
-                names.push((dir.parent, dir.name.to_string()));
-                freed += dir.children as usize;
-            } else if let Some(leaf) = self.inodes.get(&ino) {
-                names.push((parent, leaf.name.to_string()));
-                freed += 1;
-            }
-        }
-        names
     }
 
     /// Give memory back once the tables are mostly empty (see the module's documentation).
