@@ -86,7 +86,12 @@ async fn list(fs: &Fs, ino: u64) -> Result<Vec<DirItem>, FsError> {
 
 async fn names(fs: &Fs, path: &str) -> Vec<String> {
     let attr = resolve(fs, path).await.unwrap();
-    list(fs, attr.ino).await.unwrap().into_iter().map(|i| i.name).collect()
+    list(fs, attr.ino)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name.into())
+        .collect()
 }
 
 /// Everything the Fs shows: file path -> bytes, and directories.
@@ -109,7 +114,7 @@ async fn walk(fs: &Fs) -> Tree {
         for item in items {
             assert!(seen.insert(item.name.clone()), "{} listed twice", item.path());
             let path = if dir.is_empty() {
-                item.name.clone()
+                item.name.to_string()
             } else {
                 format!("{dir}/{}", item.name)
             };
@@ -444,9 +449,9 @@ async fn readdir_resumes_from_any_offset() {
             .await
             .unwrap()
             .into_iter()
-            .map(|i| i.name)
+            .map(|i| i.name.into())
             .collect();
-        assert_eq!(again, all.iter().map(|i| i.name.clone()).collect::<Vec<_>>());
+        assert_eq!(again, all.iter().map(|i| i.name.to_string()).collect::<Vec<_>>());
         fs.releasedir(fh);
         fs.releasedir(fh2);
         assert_eq!(fs.readdir(dir.ino, fh, 0).await.unwrap_err().errno(), libc::EBADF);
@@ -476,8 +481,9 @@ async fn a_handle_opened_on_a_kept_listing_lists_the_same_when_asked() {
             kept.cache && kept.keep_cache,
             "{path}: the kernel's copy is the listing"
         );
-        let named =
-            |items: &[DirItem]| -> Vec<(String, u64)> { items.iter().map(|i| (i.name.clone(), i.offset)).collect() };
+        let named = |items: &[DirItem]| -> Vec<(String, u64)> {
+            items.iter().map(|i| (i.name.to_string(), i.offset)).collect()
+        };
         for k in [all.len(), all.len() / 2, 0] {
             let from = if k == 0 { 0 } else { all[k - 1].offset };
             let lazy = fs.open_dir(dir.ino).await.unwrap();
@@ -748,4 +754,64 @@ async fn reads_go_where_the_open_found_the_chunk() {
         .await
         .unwrap();
     assert_eq!(fs.read(fh, 0, 1 << 20).await.unwrap().to_vec(), b"rewritten");
+}
+
+/// A listing from the start (READDIRPLUS) hands attributes to a walker that stats what it
+/// lists, up to the last file (left to a plain READDIR, where the walker's LOOKUP of it shows
+/// it still stats), and only `.` and `..` to one that did not look up a file it listed.
+#[tokio::test]
+async fn a_listing_hands_attributes_only_to_walkers_that_stat() {
+    let (_, _, fs) = hierarchy_fs();
+    let mut dirs = Vec::new();
+    for path in [
+        "data/sharded/c/0",
+        "data/sharded/c/1",
+        "data/sharded/c/2",
+        "data/sharded/c/3",
+    ] {
+        dirs.push(resolve(&fs, path).await.unwrap().ino);
+    }
+    let listed = |ino: u64| {
+        let fs = &fs;
+        async move {
+            let fh = fs.opendir(ino).await.unwrap();
+            let all: Vec<String> = fs
+                .readdir(ino, fh, 0)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|i| i.name.into())
+                .collect();
+            let plus: Vec<String> = fs
+                .dir_items_plus(ino, fh, 0)
+                .await
+                .unwrap()
+                .map(|i| i.name.into())
+                .collect();
+            // What the plus answer left out comes with the plain READDIR after it.
+            let from = plus.len() as u64;
+            let rest: Vec<String> = fs
+                .readdir(ino, fh, from)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|i| i.name.into())
+                .collect();
+            assert_eq!([plus.clone(), rest].concat(), all);
+            fs.releasedir(fh);
+            (plus, all)
+        }
+    };
+    // Nothing to go by: attributes, up to the last file.
+    let (plus, all) = listed(dirs[0]).await;
+    assert!(all.len() >= 4, "{all:?}");
+    assert_eq!(plus, all[..all.len() - 1]);
+    // The walker looked nothing up in it: names only.
+    let (plus, _) = listed(dirs[1]).await;
+    assert_eq!(plus, [".", ".."]);
+    // It stats the files of the next one: attributes again.
+    let (_, all) = listed(dirs[2]).await;
+    fs.lookup(dirs[2], &all[2]).await.unwrap();
+    let (plus, all) = listed(dirs[3]).await;
+    assert_eq!(plus, all[..all.len() - 1]);
 }

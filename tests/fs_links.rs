@@ -205,7 +205,7 @@ async fn a_removed_directory_can_be_made_again_at_once() {
     let root = zarrfs::fs::inodes::ROOT_INO;
     let g = fs_mkdir_p(&fs, "g/h").await.unwrap();
     write_file(&fs, g, "zarr.json", &group_json("h")).await;
-    let listed = |items: Vec<zarrfs::fs::DirItem>| items.into_iter().map(|i| i.name).collect::<Vec<_>>();
+    let listed = |items: Vec<zarrfs::fs::DirItem>| items.into_iter().map(|i| i.name.to_string()).collect::<Vec<_>>();
     let gi = fs.lookup(root, "g").await.unwrap();
     assert!(listed(fs_list(&fs, root).await.unwrap()).contains(&"g".to_string()));
     fs.unlink(g, "zarr.json").await.unwrap();

@@ -426,7 +426,7 @@ async fn unlink_removes_chunks_and_erases_emptied_shards() {
         .await
         .unwrap()
         .into_iter()
-        .map(|i| i.name)
+        .map(|i| i.name.into())
         .collect();
     assert_eq!(root, ["zarr.json"]);
 }
@@ -717,7 +717,12 @@ async fn a_new_chunk_directory_stays_visible_until_used() {
     let dir = fs.mkdir(c.ino, "3").await.unwrap();
     let found = fs.lookup(c.ino, "3").await.map(|a| a.ino).map_err(|e| e.errno());
     let stat = fs.getattr(dir.ino).await.map(|a| a.kind).map_err(|e| e.errno());
-    let listed: Vec<String> = fs_list(&fs, c.ino).await.unwrap().into_iter().map(|i| i.name).collect();
+    let listed: Vec<String> = fs_list(&fs, c.ino)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name.into())
+        .collect();
     let removed = fs.rmdir(c.ino, "3").await.map_err(|e| e.errno());
     assert_eq!(
         (found, stat, listed.contains(&"3".to_string()), removed),
@@ -747,7 +752,7 @@ async fn every_directory_readdir_lists_can_be_looked_up() {
         .await
         .unwrap()
         .into_iter()
-        .map(|i| i.name)
+        .map(|i| i.name.into())
         .collect();
     for name in &listed {
         let found = fs.lookup(ROOT_INO, name).await.map(|a| a.kind).map_err(|e| e.errno());

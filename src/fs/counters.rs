@@ -22,6 +22,9 @@ pub struct OpCounts {
     pub(super) opendirs: AtomicU64,
     /// Directory opens answered with the kernel's kept listing (`kernel_listings`).
     pub(super) listings_kept: AtomicU64,
+    /// Listings handed without attributes: the walker was guessed to want names only
+    /// (`walkers.rs`).
+    pub(super) listings_bare: AtomicU64,
     pub(super) getxattrs: AtomicU64,
     pub(super) flushes: AtomicU64,
     /// Names the kernel was asked to forget, to keep the inode table bounded.
@@ -44,6 +47,7 @@ impl OpCounts {
             ("fuse_readdirs", &self.readdirs),
             ("fuse_opendirs", &self.opendirs),
             ("kernel_listings_kept", &self.listings_kept),
+            ("listings_without_attributes", &self.listings_bare),
             ("fuse_getxattrs", &self.getxattrs),
             ("fuse_flushes", &self.flushes),
             ("kernel_forgets_asked", &self.forgets_asked),

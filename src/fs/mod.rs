@@ -25,6 +25,7 @@ mod rename;
 mod types;
 mod unlinked;
 mod unopened;
+mod walkers;
 mod write;
 pub mod writeback;
 mod xattr;
@@ -72,6 +73,8 @@ pub struct Fs {
     journal: Option<Arc<journal::Journal>>,
     /// What the kernel keeps of directory listings, when it may (`FsConfig::kernel_listings`).
     kernel_listings: Option<kernel_listings::KernelListings>,
+    /// What programs walking the tree do with the names they list (`walkers.rs`).
+    walkers: walkers::Walkers,
     budget: Arc<buffer::Budget>,
     /// Bumped at the end of every operation that may change a name, size or content: open
     /// directory handles take their listing again when it moved (see `readdir.rs`).
@@ -130,6 +133,7 @@ impl Fs {
             writeback,
             journal: None,
             kernel_listings,
+            walkers: walkers::Walkers::default(),
             budget,
             changes: std::sync::atomic::AtomicU64::new(0),
         }
@@ -233,6 +237,9 @@ impl Fs {
             return Ok(attr);
         }
         let node = self.node(&at).await?;
+        if !node.is_dir() {
+            self.walkers.file_looked_up(parent);
+        }
         Ok(self.entry_attr(parent, &dir, name, &node))
     }
 

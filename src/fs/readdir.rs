@@ -171,23 +171,42 @@ impl Fs {
             entries,
             dots: [ino, parent_ino],
             next,
+            end: usize::MAX,
         })
     }
 
-    /// The inode number of a listed entry for a plain readdir, which only reports a number:
-    /// for a name the kernel has not looked up, a stable hash of its path outside the table's
-    /// range. (readdirplus hands the kernel entries with a counted lookup: `Fs::entry_attr`.)
+    /// Entries from `offset` on for a READDIRPLUS, which hands each with its attributes. From
+    /// the start, what the walker is guessed to do decides how far (see `fs/walkers.rs`): to
+    /// the last file, which is left to a plain READDIR, or only to `.` and `..`.
+    pub async fn dir_items_plus(&self, ino: u64, fh: u64, offset: u64) -> FsResult<DirItems> {
+        let mut items = self.dir_items(ino, fh, offset).await?;
+        if offset == 0 {
+            let last_is_file = items.entries.last().is_some_and(|(_, node)| !node.is_dir());
+            items.end = match self.walkers.listing_starts(ino) {
+                true => 2 + items.entries.len() - usize::from(last_is_file),
+                false => {
+                    self.ops.count(&self.ops.listings_bare);
+                    2
+                }
+            };
+        }
+        Ok(items)
+    }
+
+    /// The inode number of a listed entry for a plain readdir, which only reports a number (the
+    /// kernel passes it on and keeps nothing): a stable hash of its path, outside the table's
+    /// range, for every name but `.` and `..`. Finding the inode a name has would cost a walk
+    /// of millions of names a random look into the inode table each (about 0.8 µs with its cache
+    /// misses), for a number nothing compares; a `stat` reports the inode. (readdirplus hands
+    /// the kernel entries with a counted lookup: `Fs::entry_attr`.)
     pub fn entry_ino(&self, item: &DirItem) -> u64 {
         if let Some(ino) = item.ino {
             return ino;
         }
-        let path = item.path();
-        self.inodes.peek(&path).unwrap_or_else(|| {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            path.hash(&mut h);
-            h.finish() | (1 << 63)
-        })
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (&*item.dir, item.name.as_str()).hash(&mut h);
+        h.finish() | (1 << 63)
     }
 
     pub fn releasedir(&self, fh: u64) {
@@ -204,6 +223,8 @@ pub struct DirItems {
     dots: [u64; 2],
     /// Position of the next entry: 0 and 1 are `.` and `..`, then the listing.
     next: usize,
+    /// Position where this answer ends, before the listing's end.
+    end: usize,
 }
 
 impl Iterator for DirItems {
@@ -211,9 +232,12 @@ impl Iterator for DirItems {
 
     fn next(&mut self) -> Option<DirItem> {
         let i = self.next;
+        if i >= self.end {
+            return None;
+        }
         let item = match i {
             0 | 1 => DirItem {
-                name: [".", ".."][i].to_string(),
+                name: [".", ".."][i].into(),
                 dir: self.path.clone(),
                 dir_ino: self.dots[0],
                 offset: 0,
@@ -224,7 +248,7 @@ impl Iterator for DirItems {
             _ => {
                 let (name, node) = self.entries.get(i - 2)?;
                 DirItem {
-                    name: name.clone(),
+                    name: name.as_str().into(),
                     dir: self.path.clone(),
                     dir_ino: self.dots[0],
                     offset: 0,

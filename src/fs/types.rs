@@ -118,7 +118,8 @@ pub struct Attr {
 /// One entry of a directory listing, at position `offset` (the offset to resume after it).
 #[derive(Debug, Clone)]
 pub struct DirItem {
-    pub name: String,
+    /// Inline up to 24 bytes: a listing makes one per entry.
+    pub name: compact_str::CompactString,
     /// The directory listed, and its inode.
     pub dir: std::sync::Arc<str>,
     pub dir_ino: u64,

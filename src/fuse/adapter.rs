@@ -155,7 +155,7 @@ impl Filesystem for ZarrFuse {
 
     fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: ReplyDirectoryPlus) {
         let (fs, ttl) = (self.fs.clone(), self.ttl());
-        let request = async move { fs.dir_items(ino.0, fh.0, offset).await };
+        let request = async move { fs.dir_items_plus(ino.0, fh.0, offset).await };
         let fs = self.fs.clone();
         self.answer(op(req, "readdirplus", ino).fh(fh), reply, request, move |r, items| {
             reply::directory_plus(&fs, r, &ttl, items)

@@ -11,7 +11,10 @@ const MAX_BACKGROUND: u16 = 64;
 /// Ask for the capabilities the mount uses; returns whether the kernel agreed to read files
 /// without opening them (see `FsConfig::no_open`).
 pub(super) fn negotiate(config: &mut KernelConfig, fs: &FsConfig) -> bool {
-    let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+    // Listings with attributes: the kernel asks with READDIRPLUS from the start of a listing
+    // (or after a lookup in the directory) and with plain READDIR otherwise, so the answer to
+    // the first request decides (see `fs/walkers.rs`).
+    let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
     // O_TRUNC arrives with OPEN instead of as a separate SETATTR.
     let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
     // Lookups and listings in one directory may run at once: without it the kernel sends them

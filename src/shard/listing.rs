@@ -143,24 +143,12 @@ impl ShardedArray {
                 return Ok((0..next).map(|i| DirEntry::dir(name(i))).collect());
             }
         }
-        let mut children = std::collections::BTreeMap::new();
         let shards = self.shards_under(&self.shard_prefix_of(prefix)).await?;
         if leaf {
-            self.note_leaf_listing();
-            // Every shard's index is needed (above the last level, the first shard holding a
-            // chunk of each child settles it, and the read-ahead serves the rest).
-            self.fetch_indexes(&shards).await;
+            return self.list_leaf_dir(prefix, &shards).await;
         }
+        let mut children = std::collections::BTreeSet::new();
         for shard in shards {
-            if leaf {
-                let present = self
-                    .present_in_shard(&shard, self.slice_of_shard(&shard, prefix), false)
-                    .await?;
-                for (coords, size) in present {
-                    children.insert(coords[dim], Some(size));
-                }
-                continue;
-            }
             // Above the last level, each child this shard covers is settled by the first chunk
             // found below it: a listing of the top chunk directory of a full array looks at one
             // chunk per child and shard, not at every chunk of the array.
@@ -170,7 +158,7 @@ impl ShardedArray {
             let mut below = prefix.to_vec();
             below.push(0);
             for child in self.covered(dim, s) {
-                if children.contains_key(&child) {
+                if children.contains(&child) {
                     continue;
                 }
                 below[dim] = child;
@@ -179,13 +167,10 @@ impl ShardedArray {
                     .await
                 {
                     Ok(present) if present.is_empty() => {}
-                    Ok(_) => {
-                        children.insert(child, None);
-                    }
                     // An unreadable shard above the last level: its directories are shown
                     // (their files then fail with EIO); at the last level the listing fails.
-                    Err(ShardError::Corrupt { .. }) => {
-                        children.insert(child, None);
+                    Ok(_) | Err(ShardError::Corrupt { .. }) => {
+                        children.insert(child);
                     }
                     Err(e) => return Err(e),
                 }
@@ -193,11 +178,32 @@ impl ShardedArray {
         }
         Ok(children
             .into_iter()
-            .map(|(i, size)| match size.filter(|_| leaf) {
-                Some((nbytes, mtime_ns)) => file(self.encoding.level_name(dim, i), nbytes, mtime_ns),
-                None => DirEntry::dir(self.encoding.level_name(dim, i)),
-            })
+            .map(|i| DirEntry::dir(self.encoding.level_name(dim, i)))
             .collect())
+    }
+
+    /// The chunk files of the last level of the chunk tree, in the order of their names.
+    async fn list_leaf_dir(&self, prefix: &[u64], shards: &[Vec<u64>]) -> Result<Vec<DirEntry>, ShardError> {
+        let dim = prefix.len();
+        self.note_leaf_listing();
+        // Every shard's index is needed (above the last level, the first shard holding a chunk
+        // of each child settles it, and the read-ahead serves the rest).
+        self.fetch_indexes(shards).await;
+        let mut files = Vec::new();
+        for shard in shards {
+            let present = self
+                .present_in_shard(shard, self.slice_of_shard(shard, prefix), false)
+                .await?;
+            files.extend(present.into_iter().map(|(coords, size)| (coords[dim], size)));
+        }
+        let mut files: Vec<DirEntry> = files
+            .into_iter()
+            .map(|(i, (nbytes, mtime_ns))| file(self.encoding.level_name(dim, i), nbytes, mtime_ns))
+            .collect();
+        // Each shard's chunks come in order of coordinate; names sort otherwise ("10" < "9").
+        files.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        files.dedup_by(|a, b| a.name == b.name);
+        Ok(files)
     }
 
     /// Which of `chunks` (inner chunks of the stored shard at `shard`) are present, with their

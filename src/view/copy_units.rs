@@ -108,7 +108,7 @@ impl View {
                     mtime_ns: loc.mtime_ns,
                     source: Source::Chunk {
                         array: array.clone(),
-                        coords,
+                        coords: coords.into(),
                         at: Some(loc),
                     },
                 };

@@ -63,8 +63,7 @@ impl View {
                         let coordinate = e.name.parse::<u64>().ok().filter(|_| leaf);
                         let node = match (&e.kind, coordinate) {
                             (EntryKind::File { size }, Some(last)) => {
-                                let mut coords = Vec::with_capacity(prefix.len() + 1);
-                                coords.extend_from_slice(&prefix);
+                                let mut coords = super::types::Coords::from_slice(&prefix);
                                 coords.push(last);
                                 Self::chunk_file(array, *size, e.mtime_ns, coords)
                             }
@@ -137,13 +136,13 @@ impl View {
     fn chunk_node(&self, array: &Arc<ShardedArray>, rel: &str, entry: &DirEntry) -> Node {
         match (&entry.kind, array.encoding().classify(rel, array.ndim())) {
             (EntryKind::File { size }, ChunkPath::Chunk(coords)) => {
-                Self::chunk_file(array, *size, entry.mtime_ns, coords)
+                Self::chunk_file(array, *size, entry.mtime_ns, coords.into())
             }
             _ => Node::dir(),
         }
     }
 
-    fn chunk_file(array: &Arc<ShardedArray>, size: u64, mtime_ns: Option<i128>, coords: Vec<u64>) -> Node {
+    fn chunk_file(array: &Arc<ShardedArray>, size: u64, mtime_ns: Option<i128>, coords: super::types::Coords) -> Node {
         Node {
             size,
             mtime_ns,

@@ -152,7 +152,7 @@ impl View {
                 mtime_ns: loc.mtime_ns,
                 source: Source::Chunk {
                     array: node.array.clone(),
-                    coords: coords.clone(),
+                    coords: coords.as_slice().into(),
                     at: None,
                 },
             })),

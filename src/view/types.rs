@@ -113,12 +113,15 @@ pub(super) enum Source {
     /// An inner chunk of a sharded array, with where it was found when the file was opened.
     Chunk {
         array: Arc<ShardedArray>,
-        coords: Vec<u64>,
+        coords: Coords,
         at: Option<ChunkLocation>,
     },
     /// A file only the mount knows of (being written), listed with its size.
     Unstored,
 }
+
+/// A chunk's coordinates, inline up to 4 dimensions: a listing clones a node per entry.
+pub(super) type Coords = smallvec::SmallVec<[u64; 4]>;
 
 /// Identifies the bytes of a file (see [`Node::content_id`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -134,3 +134,30 @@ def test_stats_report_memory_and_the_daemons_time(mounter, many, zarrfs_bin):
     assert all(isinstance(v, int) for v in s.values()), "every counter a number"
     text = run_zarrfs(zarrfs_bin, "stats", m.mountpoint).stdout
     assert "inodes held" in text and "daemon time" in text and "readdirplus" in text, text
+
+
+def test_a_walk_for_names_costs_no_inode_per_file_and_one_that_stats_no_lookup_per_file(mounter, many):
+    """`find` and `os.walk` want names only: their listings come without attributes, so the
+    kernel builds no inode per file (about four times the cost of the names). A walk that
+    stats every file gets the attributes with the listings, past its first directory: a
+    LOOKUP per directory, not per file (`fs/walkers.rs`)."""
+    root, _ = many
+    m = mounter(root, "--read-only")
+    before = stats(m)
+    assert sum(len(files) for _, _, files in os.walk(m.path("a/c"))) == FILES
+    s = stats(m)
+    bare = s["listings_without_attributes"] - before["listings_without_attributes"]
+    assert bare >= SIDE - 2, s
+    assert s["inodes_held"] < FILES // 20, s
+    before = s
+    n = 0
+    for dirpath, _, files in os.walk(m.path("a/c")):
+        for name in files:
+            assert os.stat(os.path.join(dirpath, name)).st_size == 1
+            n += 1
+    assert n == FILES
+    s = stats(m)
+    lookups = s["fuse_lookups"] - before["fuse_lookups"]
+    # The first directory's files, then one file and the directory itself per directory.
+    assert lookups < FILES // 50, (lookups, s)
+    assert s["inodes_held"] >= FILES, s

@@ -177,20 +177,21 @@ impl Tables {
     pub(super) fn place(&mut self, place: Place) -> u64 {
         match place {
             Place::Path(path) => self.at(path),
-            Place::Child { dir_ino, dir, name } => {
-                let named = self
-                    .inodes
-                    .get(&dir_ino)
-                    .is_some_and(|i| i.flags & ATTACHED != 0 && !i.unlinked());
-                if !named {
-                    return self.at(&crate::fs::child_path(dir, name));
-                }
-                match self.child(dir_ino, name) {
-                    Some(ino) => ino,
-                    None => self.create(dir_ino, name),
-                }
+            Place::Child { dir_ino, dir, name } if !self.names_children(dir_ino) => {
+                self.at(&crate::fs::child_path(dir, name))
             }
+            Place::Child { dir_ino, name, .. } => match self.child(dir_ino, name) {
+                Some(ino) => ino,
+                None => self.create(dir_ino, name),
+            },
         }
+    }
+
+    /// Whether the children of `dir_ino` are found by it: it has its name, so they have theirs.
+    fn names_children(&self, dir_ino: u64) -> bool {
+        self.inodes
+            .get(&dir_ino)
+            .is_some_and(|i| i.is_attached() && !i.unlinked())
     }
 
     fn create(&mut self, parent: u64, name: &str) -> u64 {

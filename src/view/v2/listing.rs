@@ -130,7 +130,7 @@ impl View {
                             mtime_ns: entry.mtime_ns,
                             source: Source::Chunk {
                                 array: shards.clone(),
-                                coords,
+                                coords: coords.into(),
                                 at: None,
                             },
                         },

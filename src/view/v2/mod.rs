@@ -383,7 +383,7 @@ impl View {
                 mtime_ns: loc.mtime_ns,
                 source: Source::Chunk {
                     array: sharded.array.clone(),
-                    coords: coords.to_vec(),
+                    coords: coords.into(),
                     at: Some(loc),
                 },
             }),
