@@ -126,6 +126,7 @@ impl Fs {
         extra: Vec<(String, Option<std::sync::Arc<WriteFile>>)>,
         entries: &mut Vec<(String, Node)>,
     ) {
+        let added = !extra.is_empty();
         for (name, file) in extra {
             let listed = entries.iter().position(|(n, _)| *n == name);
             if name.is_empty() || (listed.is_some() && file.is_none()) {
@@ -147,7 +148,9 @@ impl Fs {
             };
             entries.push((name, node));
         }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        if added || !entries.is_sorted_by(|a, b| a.0 <= b.0) {
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+        }
     }
 
     /// Entries from `offset` on: `.` and `..` first, then the listing.

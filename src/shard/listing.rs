@@ -196,14 +196,19 @@ impl ShardedArray {
                 .await?;
             files.extend(present.into_iter().map(|(coords, size)| (coords[dim], size)));
         }
-        let mut files: Vec<DirEntry> = files
-            .into_iter()
-            .map(|(i, (nbytes, mtime_ns))| file(self.encoding.level_name(dim, i), nbytes, mtime_ns))
-            .collect();
         // Each shard's chunks come in order of coordinate; names sort otherwise ("10" < "9").
-        files.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        files.dedup_by(|a, b| a.name == b.name);
-        Ok(files)
+        // Sorted as one number each (the name's key above the file's place), which takes a
+        // listing of a million a few milliseconds.
+        let mut order: Vec<u128> = (files.iter().enumerate())
+            .map(|(at, (c, _))| ChunkKeyEncoding::level_name_key(*c) << 56 | at as u128)
+            .collect();
+        order.sort_unstable();
+        order.dedup_by_key(|k| *k >> 56);
+        Ok(order
+            .into_iter()
+            .filter_map(|k| files.get((k & ((1 << 56) - 1)) as usize))
+            .map(|&(i, (nbytes, mtime_ns))| file(self.encoding.level_name(dim, i), nbytes, mtime_ns))
+            .collect())
     }
 
     /// Which of `chunks` (inner chunks of the stored shard at `shard`) are present, with their
