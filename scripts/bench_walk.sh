@@ -36,7 +36,10 @@
 #        RUNS         timed runs per measurement, the fastest reported (default 3 for N <= 10^5,
 #                     1 above)
 #        WALKS        the walks to run (default "du find oswalk ls statall")
-#        TARGETS      the targets (default "native ro rw ri")
+#        TARGETS      the targets (default "native ro rw ri"; with ZARRFS_BIN_BEFORE also
+#                     ro-before, rw-before, ri-before)
+#        ZARRFS_BIN_BEFORE  a second binary (e.g. the version before a change): its mounts
+#                     (FLAVOR-before) are walked in the same run, interleaved with the others
 #        COLD_REMOUNT 1: a fresh daemon for every cold run (default); 0: keep the daemon
 set -euo pipefail
 
@@ -46,7 +49,7 @@ PY="$REPO/.venv/bin/python"
 HELPER="$REPO/scripts/bench_walk.py"
 SIZES="${WALK_SIZES:-10000 100000 1000000}"
 WALKS="${WALKS:-du find oswalk ls statall}"
-TARGETS="${TARGETS:-native ro rw ri}"
+TARGETS="${TARGETS:-native ro rw ri${ZARRFS_BIN_BEFORE:+ ro-before rw-before ri-before}}"
 COLD_REMOUNT="${COLD_REMOUNT:-1}"
 export BENCH_DIR="${BENCH_DIR:-/var/tmp/zarrfs-bench-walk}"
 
@@ -63,20 +66,31 @@ ERRLOG="$WORK/walk-errors.log"
 : > "$WORK/pids"
 
 declare -A MOUNT_OPTS=([ro]="--read-only" [rw]="" [ri]="--read-only --metadata-ttl indefinite")
+# The same mounts of another binary (the version before a change), side by side in the same run.
+declare -A FLAVOR_BIN=()
+if [ -n "${ZARRFS_BIN_BEFORE:-}" ]; then
+    [ -x "$ZARRFS_BIN_BEFORE" ] || die "ZARRFS_BIN_BEFORE: not an executable: $ZARRFS_BIN_BEFORE"
+    for f in ro rw ri; do
+        MOUNT_OPTS[$f-before]=${MOUNT_OPTS[$f]}
+        FLAVOR_BIN[$f-before]=$ZARRFS_BIN_BEFORE
+    done
+fi
 declare -A WALK_NAMES=([du]="du -s" [find]="find" [oswalk]="os.walk" [ls]="ls -lR" [statall]="stat all")
 
-# -- mounts: one at a time, at $WORK/mnt-FLAVOR, of $SRC
-DPID=""
+# -- mounts: one per flavor, all at once, at $WORK/mnt-FLAVOR, of $SRC
+declare -A DPIDS=()
 mnt_of() { echo "$WORK/mnt-$1"; }
-mount_flavor() { # FLAVOR: mount $SRC there (a fresh daemon); sets DPID
-    local m
+mount_flavor() { # FLAVOR: mount $SRC there (a fresh daemon); sets DPIDS[FLAVOR]
+    local m pid
     m=$(mnt_of "$1")
     mkdir -p "$m"
     # shellcheck disable=SC2086
-    RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$SRC" "$m" ${MOUNT_OPTS[$1]} --log-file "$WORK/zarrfs-$1.log"
-    DPID=$(pgrep -f -- "mount $SRC $m( |\$)" | head -1 || true)
-    [ -n "$DPID" ] || die "no daemon found for $m"
-    echo "$DPID" >> "$WORK/pids"
+    RUST_LOG="${RUST_LOG:-zarrfs=warn}" "${FLAVOR_BIN[$1]:-$BIN}" mount "$SRC" "$m" ${MOUNT_OPTS[$1]} \
+        --log-file "$WORK/zarrfs-$1.log"
+    pid=$(pgrep -f -- "mount $SRC $m( |\$)" | head -1 || true)
+    [ -n "$pid" ] || die "no daemon found for $m"
+    DPIDS[$1]=$pid
+    echo "$pid" >> "$WORK/pids"
 }
 unmount_flavor() { # FLAVOR: unmount, and wait for the daemon to exit
     local m
@@ -84,11 +98,12 @@ unmount_flavor() { # FLAVOR: unmount, and wait for the daemon to exit
     if mountpoint -q "$m"; then
         umount "$m" 2>/dev/null || fusermount3 -u "$m" 2>/dev/null || umount -l "$m"
     fi
-    if [ -n "$DPID" ]; then
-        for _ in $(seq 1 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$DPID" 2>/dev/null && say "WARNING: daemon $DPID still running after unmount of $m"
+    local pid=${DPIDS[$1]:-}
+    if [ -n "$pid" ]; then
+        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$pid" 2>/dev/null && say "WARNING: daemon $pid still running after unmount of $m"
     fi
-    DPID=""
+    DPIDS[$1]=""
 }
 remount_flavor() { # FLAVOR: a fresh daemon before a cold run (unless COLD_REMOUNT=0)
     [ "$COLD_REMOUNT" = 0 ] || { unmount_flavor "$1"; mount_flavor "$1"; }
@@ -165,14 +180,14 @@ measure_first() {
 
 # daemon memory and the inodes it holds, after the walks and after the kernel forgot its inodes
 measure_memory() { # FLAVOR
-    local m rss hwm inodes rss2 inodes2
+    local m rss hwm inodes rss2 inodes2 pid=${DPIDS[$1]}
     m=$(mnt_of "$1")
-    rss=$(ps -o rss= -p "$DPID" | tr -d ' ')
-    hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$DPID/status")
+    rss=$(ps -o rss= -p "$pid" | tr -d ' ')
+    hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
     inodes=$(stat -f -c %c "$m")
     sync; echo 2 > /proc/sys/vm/drop_caches 2>/dev/null || say "cannot drop inodes (not root?)"
     sleep 1
-    rss2=$(ps -o rss= -p "$DPID" | tr -d ' ')
+    rss2=$(ps -o rss= -p "$pid" | tr -d ' ')
     inodes2=$(stat -f -c %c "$m")
     echo "mem - - $1 $rss $hwm $inodes $rss2 $inodes2" >> "$RES"
 }
@@ -291,30 +306,33 @@ for N in $SIZES; do
     NATIVE="$WORK/n$N/native"
     RES="$WORK/n$N/results.tsv"
     : > "$RES"
+    # Every target is mounted at once and the walks interleave them (each walk on every target
+    # before the next walk), so that what the machine does meanwhile falls on all alike.
+    declare -A DIRS=()
     for target in $TARGETS; do
         if [ "$target" = native ]; then
-            dir="$NATIVE/grid"
+            DIRS[$target]="$NATIVE"
         else
             [ -n "${MOUNT_OPTS[$target]+x}" ] || die "TARGETS: unknown target $target"
             mount_flavor "$target"
-            dir="$(mnt_of "$target")/grid"
+            DIRS[$target]=$(mnt_of "$target")
         fi
-        for walk in $WALKS; do
-            [ -n "${WALK_NAMES[$walk]+x}" ] || die "WALKS: unknown walk $walk"
+    done
+    for walk in $WALKS; do
+        [ -n "${WALK_NAMES[$walk]+x}" ] || die "WALKS: unknown walk $walk"
+        for target in $TARGETS; do
             say "N=$N $target: ${WALK_NAMES[$walk]} cold, warm"
-            measure cold "$target" "$walk" "$dir"
-            measure warm "$target" "$walk" "$dir"
+            measure cold "$target" "$walk" "${DIRS[$target]}/grid"
+            measure warm "$target" "$walk" "${DIRS[$target]}/grid"
         done
-        if [ "$target" != native ]; then
-            measure_memory "$target"
-        fi
+    done
+    for target in $TARGETS; do
+        [ "$target" = native ] || measure_memory "$target"
+    done
+    for target in $TARGETS; do
         say "N=$N $target: first entry of flat/c"
-        if [ "$target" = native ]; then
-            measure_first native "$NATIVE/flat/c"
-        else
-            measure_first "$target" "$(mnt_of "$target")/flat/c"
-            unmount_flavor "$target"
-        fi
+        measure_first "$target" "${DIRS[$target]}/flat/c"
+        [ "$target" = native ] || unmount_flavor "$target"
     done
     report "$N" "$RES"
 done
