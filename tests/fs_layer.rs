@@ -815,3 +815,45 @@ async fn a_listing_hands_attributes_only_to_walkers_that_stat() {
     let (plus, all) = listed(dirs[3]).await;
     assert_eq!(plus, all[..all.len() - 1]);
 }
+
+/// `ls -l` stats each entry as it reads it, so the kernel asks for the rest of the listing with
+/// attributes (READDIRPLUS past the start) and never looks the last file up: that shows the
+/// walker stats too.
+#[tokio::test]
+async fn a_listing_continued_with_attributes_shows_a_walker_that_stats() {
+    let (_, _, fs) = hierarchy_fs();
+    let mut dirs = Vec::new();
+    for path in [
+        "data/sharded/c/0",
+        "data/sharded/c/1",
+        "data/sharded/c/2",
+        "data/sharded/c/3",
+    ] {
+        dirs.push(resolve(&fs, path).await.unwrap().ino);
+    }
+    let first_answer = |ino: u64, then_more: bool| {
+        let fs = &fs;
+        async move {
+            let fh = fs.opendir(ino).await.unwrap();
+            let plus: Vec<DirItem> = fs.dir_items_plus(ino, fh, 0).await.unwrap().collect();
+            if then_more {
+                let last = plus.last().unwrap().offset;
+                let rest: Vec<DirItem> = fs.dir_items_plus(ino, fh, last).await.unwrap().collect();
+                assert_eq!(rest.len(), 1, "the last file, with its attributes");
+            }
+            fs.releasedir(fh);
+            plus.len()
+        }
+    };
+    assert!(first_answer(dirs[0], true).await > 2, "nothing to go by: attributes");
+    assert!(
+        first_answer(dirs[1], false).await > 2,
+        "the walker used what it was handed"
+    );
+    assert!(first_answer(dirs[2], false).await > 2, "one of the last two was used");
+    assert_eq!(
+        first_answer(dirs[3], false).await,
+        2,
+        "two listings nobody used: names only"
+    );
+}

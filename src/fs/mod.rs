@@ -238,7 +238,7 @@ impl Fs {
         }
         let node = self.node(&at).await?;
         if !node.is_dir() {
-            self.walkers.file_looked_up(parent);
+            self.walkers.entries_used(parent);
         }
         Ok(self.entry_attr(parent, &dir, name, &node))
     }

@@ -183,7 +183,12 @@ impl Fs {
     /// the last file, which is left to a plain READDIR, or only to `.` and `..`.
     pub async fn dir_items_plus(&self, ino: u64, fh: u64, offset: u64) -> FsResult<DirItems> {
         let mut items = self.dir_items(ino, fh, offset).await?;
-        if offset == 0 {
+        if offset != 0 {
+            // The kernel goes on with attributes only when a program used an entry it was
+            // handed with them (or looked one up) meanwhile: `ls -l` stats each entry as it
+            // reads it, so its LOOKUP of the last one never comes.
+            self.walkers.entries_used(ino);
+        } else {
             let last_is_file = items.entries.last().is_some_and(|(_, node)| !node.is_dir());
             items.end = match self.walkers.listing_starts(ino) {
                 true => 2 + items.entries.len() - usize::from(last_is_file),

@@ -13,8 +13,10 @@
 //! up to the last entry, or only `.` and `..`, leaving every name to plain READDIRs.
 //!
 //! The guess is made from what the walker did with the directories listed just before, as the
-//! mount sees it: a LOOKUP of a file in a directory it listed shortly before means the walker
-//! stats (or opens) what it lists. While the guess is "stats", the last file of each listing
+//! mount sees it: a LOOKUP of a file in a directory it listed shortly before, or the kernel
+//! asking for the rest of such a listing with attributes (it does once a program used an entry
+//! it was handed with them: `ls -l` stats each entry as it reads it), means the walker stats
+//! (or opens) what it lists. While the guess is "stats", the last file of each listing
 //! is still left without attributes, so that a walker that does stat keeps showing it (one
 //! LOOKUP per directory) and one that stopped is noticed at its next directory. A wrong guess
 //! costs time, never correctness: an entry without attributes is looked up when used.
@@ -65,8 +67,10 @@ impl Walkers {
         stats
     }
 
-    /// A file in directory `dir_ino` was looked up.
-    pub fn file_looked_up(&self, dir_ino: u64) {
+    /// A program used what a listing of directory `dir_ino` gave: it looked up a file there,
+    /// or the kernel asks for more with attributes (which it does once an entry it was handed
+    /// with them was used).
+    pub fn entries_used(&self, dir_ino: u64) {
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(l) = recent.iter_mut().rev().find(|l| l.dir_ino == dir_ino) {
             l.statted = true;
@@ -87,9 +91,9 @@ mod tests {
         assert!(!w.listing_starts(12));
         // A `du` starts: its first directory goes without attributes, and it looks files up.
         assert!(!w.listing_starts(20));
-        w.file_looked_up(20);
+        w.entries_used(20);
         assert!(w.listing_starts(21));
-        w.file_looked_up(21);
+        w.entries_used(21);
         assert!(w.listing_starts(22));
         // It stopped statting (a `find` again): one more directory with attributes, then none.
         assert!(w.listing_starts(23));
@@ -101,7 +105,7 @@ mod tests {
         let w = Walkers::default();
         assert!(w.listing_starts(1));
         assert!(!w.listing_starts(2));
-        w.file_looked_up(99);
+        w.entries_used(99);
         assert!(!w.listing_starts(3));
     }
 
@@ -109,11 +113,11 @@ mod tests {
     fn two_walkers_at_once_one_statting_keeps_attributes() {
         let w = Walkers::default();
         assert!(w.listing_starts(1));
-        w.file_looked_up(1);
+        w.entries_used(1);
         // The statting walker's directory is among the last two listings.
         assert!(w.listing_starts(100));
         assert!(w.listing_starts(2));
-        w.file_looked_up(2);
+        w.entries_used(2);
         assert!(w.listing_starts(101));
     }
 
@@ -121,7 +125,7 @@ mod tests {
     fn relisting_a_directory_replaces_its_entry() {
         let w = Walkers::default();
         assert!(w.listing_starts(1));
-        w.file_looked_up(1);
+        w.entries_used(1);
         assert!(w.listing_starts(1), "nothing else to go by");
         assert_eq!(w.recent.lock().unwrap().len(), 1);
     }

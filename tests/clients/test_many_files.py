@@ -161,3 +161,17 @@ def test_a_walk_for_names_costs_no_inode_per_file_and_one_that_stats_no_lookup_p
     # The first directory's files, then one file and the directory itself per directory.
     assert lookups < FILES // 50, (lookups, s)
     assert s["inodes_held"] >= FILES, s
+
+
+def test_ls_l_which_stats_each_entry_as_it_reads_it_gets_the_attributes_with_the_listing(mounter, many):
+    """`ls -lR` stats each entry as it reads it: the kernel asks for the rest of each listing
+    with attributes instead of looking its last file up, which shows the walker stats too."""
+    root, _ = many
+    m = mounter(root, "--read-only")
+    before = stats(m)
+    out = subprocess.run(["ls", "-lR", str(m.path("a/c"))], capture_output=True, text=True, check=True).stdout
+    assert sum(1 for line in out.splitlines() if line.startswith("-")) == FILES
+    s = stats(m)
+    lookups = s["fuse_lookups"] - before["fuse_lookups"]
+    assert lookups < FILES // 50, (lookups, s)
+    assert s["listings_without_attributes"] == before["listings_without_attributes"], s
