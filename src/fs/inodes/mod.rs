@@ -15,6 +15,7 @@
 
 mod forgetting;
 mod held;
+mod ino_hash;
 mod sizes;
 mod tree;
 

@@ -98,7 +98,7 @@ impl Inode {
 
 #[derive(Debug)]
 pub(super) struct Tables {
-    pub(super) inodes: hashbrown::HashMap<u64, Inode>,
+    pub(super) inodes: hashbrown::HashMap<u64, Inode, super::ino_hash::InoHash>,
     index: HashTable<u64>,
     hasher: DefaultHashBuilder,
     /// What the mount holds beyond the store, by inode.
@@ -113,7 +113,7 @@ pub(super) struct Tables {
 
 impl Tables {
     pub(super) fn new() -> Self {
-        let mut inodes = hashbrown::HashMap::new();
+        let mut inodes = hashbrown::HashMap::with_hasher(super::ino_hash::InoHash);
         let root = Inode {
             parent: ROOT_INO,
             name: CompactString::default(),
