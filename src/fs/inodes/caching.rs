@@ -14,10 +14,11 @@
 //!   open for writing, and a truncate, of a cached inode retire it (`RETIRED`: its name gets a
 //!   new inode in direct mode) and fail with ESTALE; the kernel then looks the name up again
 //!   and writes through the new inode. A create at its name makes the new inode at once.
-//!   A reader that finds other bytes than the cached inode's last reader (the store changed it
-//!   without changing its size, or a commit repacked its shard) reads them with direct I/O and
-//!   retires the inode, so its pages never mix two versions; the next lookup gives the name a
-//!   new inode whose readers cache again.
+//!   A reader that finds other bytes than the cached inode's first reader (the store changed
+//!   it without changing its size, a commit repacked its shard, a rename moved it) reads them
+//!   with direct I/O, so its pages never mix two versions; so does one that finds another size
+//!   (the kernel's next lookup then gives the name a new inode, whose readers cache again). The
+//!   inode keeps its name: renames and lookups still reach it.
 //! - Direct (`DIRECT`): the inode was opened for writing through this mount (or made by a
 //!   create). Every handle of it is `FOPEN_DIRECT_IO`, for as long as the kernel keeps it:
 //!   the kernel changes its size as it writes, so it must never have cached pages. Its
@@ -25,8 +26,8 @@
 //!   it (a writer between its lookup and its open must find it).
 //!
 //! A retired inode that a stale entry still leads to: writers get ESTALE (they look the name
-//! up again and find the new inode), readers read with direct I/O (its size, checked against
-//! the shown one at open, has not changed; pages it has are not used).
+//! up again and find the new inode), readers read with direct I/O (its pages are not used).
+//! Direct reads of a cached inode use none of its pages and change none of its attributes.
 //!
 //! Read-only mounts have no writers: every reader caches, a reader finding other bytes of the
 //! same size only drops the pages (`keep_cache` off), as before.
@@ -119,14 +120,12 @@ impl InodeTable {
                 return ReadMode::Direct;
             }
             if inode.shown_size != size {
-                t.retire(ino);
                 return ReadMode::Direct;
             }
         }
         inode.set(CACHED);
         let same = content.is_some() && t.content.get(&ino) == content.as_ref();
         if writable && cached && !same {
-            t.retire(ino);
             return ReadMode::Direct;
         }
         match content {
@@ -239,12 +238,17 @@ mod tests {
     }
 
     #[test]
-    fn other_bytes_retire_a_cached_inode_on_a_writable_mount_only() {
+    fn other_bytes_of_a_cached_inode_are_read_direct_on_a_writable_mount() {
         let t = InodeTable::new();
         let ino = looked_up(&t, "a/c/0");
         t.open_reader(ino, content(1), 16, true);
         assert_eq!(t.open_reader(ino, content(2), 16, true), ReadMode::Direct);
-        assert_ne!(t.lookup("a/c/0"), ino);
+        assert_eq!(t.open_reader(ino, content(1), 24, true), ReadMode::Direct);
+        assert_eq!(
+            t.open_reader(ino, content(1), 16, true),
+            ReadMode::Cached { keep: true }
+        );
+        assert_eq!(t.lookup("a/c/0"), ino);
 
         let ro = InodeTable::new();
         let ino = looked_up(&ro, "a/c/0");
