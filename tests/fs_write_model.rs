@@ -338,8 +338,7 @@ impl Harness {
                 result.map_err(errno_of)
             }
             Step::Overwrite { chunk, offset, data } => {
-                let attr = fs_resolve(fs, &self.path(*chunk)).await.map_err(errno_of)?;
-                let fh = fs.open(attr.ino, true, false).await.map_err(errno_of)?;
+                let (_, fh) = fs_open_write(fs, &self.path(*chunk), false).await.map_err(errno_of)?;
                 let result = fs.write(fh, *offset as u64, data).await.map(drop);
                 let result = result.and(fs.flush(fh).await);
                 fs.release(fh).await;
@@ -350,14 +349,15 @@ impl Harness {
                 size,
                 via_handle,
             } => {
-                let attr = fs_resolve(fs, &self.path(*chunk)).await.map_err(errno_of)?;
                 if !via_handle {
-                    let got = fs.truncate(attr.ino, *size as u64, None).await.map_err(errno_of)?;
+                    let got = fs_truncate(fs, &self.path(*chunk), *size as u64)
+                        .await
+                        .map_err(errno_of)?;
                     assert_eq!(got.size, *size as u64, "size after truncate");
                     return Ok(());
                 }
-                let fh = fs.open(attr.ino, true, false).await.map_err(errno_of)?;
-                let result = fs.truncate(attr.ino, *size as u64, Some(fh)).await.map(|a| {
+                let (ino, fh) = fs_open_write(fs, &self.path(*chunk), false).await.map_err(errno_of)?;
+                let result = fs.truncate(ino, *size as u64, Some(fh)).await.map(|a| {
                     assert_eq!(a.size, *size as u64, "size after truncate");
                 });
                 let result = result.and(fs.flush(fh).await);

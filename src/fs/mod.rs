@@ -37,7 +37,7 @@ use bytes::Bytes;
 
 pub use error::{ErrorLog, FsError};
 use handles::{DirHandle, FileHandle, HandleTable, Sink, WriteFile};
-use inodes::{InodeTable, Name, ROOT_INO};
+use inodes::{InodeTable, Name, ReadMode, ROOT_INO};
 
 use crate::view::{ContentId, Located, Node, View};
 
@@ -110,6 +110,9 @@ fn validate_name(name: &str) -> FsResult<()> {
     }
     Ok(())
 }
+
+/// What a reader of stored bytes opened: their content id (if known) and size.
+type Stored = (Option<ContentId>, u64);
 
 impl Fs {
     pub fn new(view: View, config: FsConfig) -> Self {
@@ -266,13 +269,14 @@ impl Fs {
             return self.unlinked_attr(ino).await;
         }
         let at = self.view.locate(&self.path_of(ino)?).await?;
-        if let Some(attr) = self.local_attr(ino, &at).await {
-            return Ok(attr);
-        }
-        let node = self.node(&at).await?;
-        if self.config.page_cache() && !node.is_dir() {
-            if let Some(shown) = self.inodes.shown_if_resized(ino, node.size) {
-                let attr = self.attr(ino, &node);
+        let attr = match self.local_attr(ino, &at).await {
+            Some(attr) => attr,
+            None => self.attr(ino, &self.node(&at).await?),
+        };
+        // An inode the kernel may cache never changes size (see `fs/inodes/caching.rs`): a
+        // file held at its name is another inode's.
+        if self.config.page_cache() && attr.kind == FileKind::File {
+            if let Some(shown) = self.inodes.shown_if_resized(ino, attr.size) {
                 return Ok(Attr {
                     size: shown.size,
                     mtime: shown.mtime,
@@ -280,7 +284,7 @@ impl Fs {
                 });
             }
         }
-        Ok(self.attr(ino, &node))
+        Ok(attr)
     }
 
     /// Open a file; `write` for any access mode that can write, `truncate` for O_TRUNC.
@@ -288,36 +292,43 @@ impl Fs {
         Ok(self.open_file(ino, write, truncate).await?.fh)
     }
 
-    /// Open a file, and say how the kernel may cache it. On a mount that keeps the page cache
-    /// (see [`FsConfig::page_cache`]), only a reader that finds exactly the bytes the previous
-    /// reader of this inode found (same shard version and place for a chunk, same version for
-    /// a stored file) keeps the pages; any change, by anyone, and every open for writing, drops
-    /// them. Elsewhere nothing is cached.
+    /// Open a file, and say how the kernel may cache it (see [`FsConfig::page_cache`]). A
+    /// reader of stored bytes reads through the page cache, and keeps the pages only if it
+    /// finds exactly the bytes the previous reader of this inode found (same shard version and
+    /// place for a chunk, same version for a stored file). Handles that can write, readers of a
+    /// file being written, and readers of an inode written through this mount or retired are
+    /// direct I/O (see `fs/inodes/caching.rs`).
     pub async fn open_file(&self, ino: u64, write: bool, truncate: bool) -> FsResult<Opened> {
         self.ops.count(&self.ops.opens);
-        let (fh, content) = self.open_handle(ino, write, truncate).await?;
-        let keep_cache = self.inodes.reopened(ino, content) && self.config.page_cache();
+        let (fh, stored) = self.open_handle(ino, write, truncate).await?;
+        let mode = match stored {
+            Some((content, size)) if self.config.page_cache() => {
+                self.inodes.open_reader(ino, content, size, self.config.writable)
+            }
+            _ => ReadMode::Direct,
+        };
         Ok(Opened {
             fh,
-            keep_cache,
+            keep_cache: mode == ReadMode::Cached { keep: true },
             no_flush: !write,
-            direct_io: !self.config.page_cache(),
+            direct_io: mode == ReadMode::Direct,
         })
     }
 
-    /// How the kernel treats a handle made by [`create`](Self::create).
+    /// How the kernel treats a handle made by [`create`](Self::create): direct I/O, as every
+    /// handle that can write.
     pub fn created(&self, fh: u64) -> Opened {
         Opened {
             fh,
             keep_cache: false,
             no_flush: false,
-            direct_io: !self.config.page_cache(),
+            direct_io: true,
         }
     }
 
-    /// A handle, and for a reader the content id of what it opened (a file being written has
-    /// none: its pages are never kept).
-    async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<(u64, Option<ContentId>)> {
+    /// A handle, and for a reader of stored bytes the content id of what it opened and its
+    /// size (a file being written has none: it is read direct).
+    async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<(u64, Option<Stored>)> {
         let at = self.view.locate(&self.path_of(ino)?).await?;
         if write {
             return Ok((self.open_write(Some(ino), &at, truncate, true).await?, None));
@@ -333,11 +344,15 @@ impl Fs {
         match self.view.current(&at).await? {
             Some(node) if node.is_dir() => Err(FsError::IsADirectory),
             Some(node) => {
-                self.check_size(ino, &node)?;
-                let content = node.content_id();
+                // A writable mount reads another size through a stale inode direct (see
+                // `fs/inodes/caching.rs`); a read-only one sends the kernel to the new inode.
+                if !self.config.writable {
+                    self.check_size(ino, &node)?;
+                }
+                let stored = (node.content_id(), node.size);
                 Ok((
                     self.files.insert(FileHandle::reader(ino, self.view.open(node))),
-                    content,
+                    Some(stored),
                 ))
             }
             None if self.inodes.is_local_dir(at.path()) => Err(FsError::IsADirectory),

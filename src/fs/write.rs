@@ -15,6 +15,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::handles::{FileHandle, Sink, WriteFile, WriteHandle};
+use super::inodes::Retired;
 use super::{child_path, validate_name, Attr, Fs, FsError, FsResult};
 use crate::view::Located;
 
@@ -97,8 +98,11 @@ impl Fs {
         // may have put there since `file_at` above.
         let (ino, file) = match ino {
             Some(ino) => match self.inodes.open_file_of(ino, at.path(), file, sink) {
-                Some(held) => held,
-                None => return self.open_replaced(ino, truncate),
+                Ok(Some(held)) => held,
+                Ok(None) => return self.open_replaced(ino, truncate),
+                // A cached inode never changes size: the kernel looks the name up again and
+                // finds the inode to write through (see `fs/inodes/caching.rs`).
+                Err(Retired) => return Err(FsError::Replaced),
             },
             None => self.inodes.open_file(at.path(), file, sink),
         };
@@ -267,6 +271,11 @@ impl Fs {
             return self.attr_now(ino).await;
         }
         let path = self.path_of(ino)?;
+        // By path: a cached inode never changes size; the kernel looks the name up again and
+        // truncates the inode it then finds (see `fs/inodes/caching.rs`).
+        if self.config.page_cache() && self.inodes.begin_write(ino, &path).is_err() {
+            return Err(FsError::Replaced);
+        }
         if let Some((file, Sink::Commit(_))) = self.inodes.file_at(&path) {
             // Open for writing elsewhere: change the shared content; its close commits it.
             self.load(&file).await?.resize(size as u64)?;

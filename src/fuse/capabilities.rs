@@ -22,9 +22,10 @@ pub(super) fn negotiate(config: &mut KernelConfig, fs: &FsConfig) -> bool {
     // reads, a parallel copy) would wait for each other's first fetch of a shard.
     let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
     let _ = config.set_max_background(MAX_BACKGROUND);
-    if !fs.page_cache() {
-        // Files are FOPEN_DIRECT_IO (see `FsConfig::page_cache`); without this a shared mmap of
-        // one fails with ENODEV (numpy.memmap, tools that map their input).
+    if fs.writable {
+        // Files written through the mount are FOPEN_DIRECT_IO (see `FsConfig::page_cache`);
+        // without this a shared mmap of one fails with ENODEV (numpy.memmap, tools that map
+        // their input).
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
     }
     if !fs.no_open || fs.writable {

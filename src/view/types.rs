@@ -127,6 +127,14 @@ pub(super) type Coords = smallvec::SmallVec<[u64; 4]>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContentId(String);
 
+#[cfg(test)]
+impl ContentId {
+    /// A content id for tests of those that compare them.
+    pub fn for_test(n: u64) -> Self {
+        ContentId(n.to_string())
+    }
+}
+
 /// A file or directory of the view, as found now: its size and time for attributes, and
 /// (opaque to callers) where its bytes come from.
 #[derive(Debug, Clone)]

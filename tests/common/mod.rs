@@ -873,6 +873,32 @@ pub async fn fs_resolve(fs: &zarrfs::fs::Fs, path: &str) -> Result<zarrfs::fs::A
     Ok(attr)
 }
 
+/// Open a file by path for writing as the kernel does: an ESTALE (a cached inode is never
+/// written through, see `fs/inodes/caching.rs`) makes it look the path up again and retry
+/// once. Returns the inode opened and the handle.
+pub async fn fs_open_write(fs: &zarrfs::fs::Fs, path: &str, truncate: bool) -> Result<(u64, u64), zarrfs::fs::FsError> {
+    let attr = fs_resolve(fs, path).await?;
+    match fs.open(attr.ino, true, truncate).await {
+        Err(zarrfs::fs::FsError::Replaced) => {
+            let attr = fs_resolve(fs, path).await?;
+            Ok((attr.ino, fs.open(attr.ino, true, truncate).await?))
+        }
+        opened => Ok((attr.ino, opened?)),
+    }
+}
+
+/// Truncate a file by path as the kernel does (see [`fs_open_write`]).
+pub async fn fs_truncate(fs: &zarrfs::fs::Fs, path: &str, size: u64) -> Result<zarrfs::fs::Attr, zarrfs::fs::FsError> {
+    let attr = fs_resolve(fs, path).await?;
+    match fs.truncate(attr.ino, size, None).await {
+        Err(zarrfs::fs::FsError::Replaced) => {
+            let attr = fs_resolve(fs, path).await?;
+            fs.truncate(attr.ino, size, None).await
+        }
+        done => done,
+    }
+}
+
 /// Read a whole file through a fresh read handle.
 pub async fn fs_read(fs: &zarrfs::fs::Fs, ino: u64) -> Result<Vec<u8>, zarrfs::fs::FsError> {
     let fh = fs.open(ino, false, false).await?;

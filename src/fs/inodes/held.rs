@@ -8,6 +8,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::caching::Retired;
+use super::tree::RETIRED;
 use super::{InodeTable, Tables};
 
 impl Tables {
@@ -17,7 +19,10 @@ impl Tables {
     /// its own file there (a handle of a file not held would write where nobody reads, and its
     /// close would commit nothing).
     fn hold(&mut self, path: &str, file: Arc<WriteFile>, sink: Sink) -> (u64, Arc<WriteFile>) {
-        let ino = self.at(path);
+        let ino = match self.written(path).is_some() {
+            true => self.at(path),
+            false => self.write_inode(path),
+        };
         if let Some(inode) = self.inodes.get_mut(&ino) {
             inode.relink();
         }
@@ -107,19 +112,29 @@ impl InodeTable {
     }
 
     /// [`open_file`](Self::open_file) for the kernel's inode `ino`: `None`, and nothing held,
-    /// if `path` is another inode's now (a rename replaced `ino` while the open was under way).
+    /// if `path` is another inode's now (a rename replaced `ino` while the open was under way);
+    /// `Retired` if `ino` must not change size (see `caching.rs`).
     pub fn open_file_of(
         &self,
         ino: u64,
         path: &str,
         file: Arc<WriteFile>,
         sink: Sink,
-    ) -> Option<(u64, Arc<WriteFile>)> {
+    ) -> Result<Option<(u64, Arc<WriteFile>)>, Retired> {
         let mut t = self.lock();
-        if t.find(path).is_some_and(|owner| owner != ino) {
-            return None;
+        if t.inodes.get(&ino).is_some_and(|i| i.has(RETIRED)) {
+            if t.written(path).is_none() {
+                t.write_inode(path);
+            }
+            return Err(Retired);
         }
-        Some(t.hold(path, file, sink))
+        if t.find(path).is_some_and(|owner| owner != ino) {
+            return Ok(None);
+        }
+        if t.written(path).is_none() {
+            t.begin_write_at(ino, path)?;
+        }
+        Ok(Some(t.hold(path, file, sink)))
     }
 
     /// A handle of `file` at inode `ino` is gone; a committed file goes with its last handle.

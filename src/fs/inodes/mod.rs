@@ -13,6 +13,7 @@
 //! valid. The root is inode 1 and is never dropped. One mutex guards the table; nothing is
 //! awaited while it is held.
 
+mod caching;
 mod forgetting;
 mod held;
 mod ino_hash;
@@ -21,7 +22,7 @@ mod tree;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::view::ContentId;
+pub use caching::{ReadMode, Retired};
 pub use held::{HeldFile, Local, Written};
 pub use sizes::Shown;
 use tree::Tables;
@@ -143,22 +144,6 @@ impl InodeTable {
     /// time); what the mount held for it is returned.
     pub fn rename(&self, from: &str, to: &str) -> Option<Local> {
         self.lock().rename(from, to)
-    }
-
-    /// A reader opened `ino` and found `content`: whether the last reader found the same bytes
-    /// (so the kernel may keep the pages it cached of them). Remembers it; unknown content
-    /// never matches.
-    pub fn reopened(&self, ino: u64, content: Option<ContentId>) -> bool {
-        let mut t = self.lock();
-        if !t.inodes.contains_key(&ino) {
-            return false;
-        }
-        let same = content.is_some() && t.content.get(&ino) == content.as_ref();
-        match content {
-            Some(content) => t.content.insert(ino, content),
-            None => t.content.remove(&ino),
-        };
-        same
     }
 
     /// Inodes in the table.
@@ -355,7 +340,7 @@ mod tests {
         let (a, b) = (file(), file());
         let sink = || Sink::Staged;
         let (ino_a, held_a) = t.open_file("c/0", a.clone(), sink());
-        let (ino_b, held_b) = t.open_file_of(ino_a, "c/0", b.clone(), sink()).unwrap();
+        let (ino_b, held_b) = t.open_file_of(ino_a, "c/0", b.clone(), sink()).unwrap().unwrap();
         assert_eq!(ino_a, ino_b);
         assert!(
             Arc::ptr_eq(&held_a, &a) && Arc::ptr_eq(&held_b, &a),

@@ -17,9 +17,13 @@
 //! find the other size fails with ESTALE (the kernel then looks the name up again for an open).
 //! A rewrite that keeps the size keeps the inode: its time changes, and the kernel drops the
 //! pages (it cannot zero-fill past a size that did not grow).
+//!
+//! Writable mounts keep the page cache the same way, except for inodes written through the
+//! mount, which are direct I/O and follow their file's size (see `caching.rs`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::tree::DIRECT;
 use super::{InodeTable, Place, ROOT_INO};
 use crate::fs::types::Attr;
 
@@ -74,10 +78,10 @@ impl InodeTable {
         let mut ino = t.place(place);
         let replace = t.inodes.get(&ino).is_some_and(|i| {
             let other = i.shown() && size.is_some_and(|size| i.shown_size != size);
-            other && ino != ROOT_INO
+            other && ino != ROOT_INO && !i.has(DIRECT)
         }) && !t.held.contains_key(&ino);
         if replace {
-            t.unindex(ino);
+            t.retire(ino);
             t.drop_if_unused(ino);
             ino = t.place(place);
         }
@@ -102,7 +106,7 @@ impl InodeTable {
     /// seeing it, and the bytes of that other size are not this inode's.
     pub fn shown_if_resized(&self, ino: u64, size: u64) -> Option<Shown> {
         let t = self.lock();
-        let inode = t.inodes.get(&ino).filter(|i| i.shown())?;
+        let inode = t.inodes.get(&ino).filter(|i| i.shown() && !i.has(DIRECT))?;
         (inode.shown_size != size).then(|| Shown {
             size: inode.shown_size,
             mtime: from_ns(inode.shown_mtime_ns),

@@ -36,6 +36,12 @@ const ATTACHED: u8 = 1;
 const UNLINKED: u8 = 2;
 /// It holds the attributes the kernel was first given (see `sizes.rs`).
 const SHOWN: u8 = 4;
+/// A reader was given it with the kernel's page cache (see `caching.rs`).
+pub(super) const CACHED: u8 = 8;
+/// Written through this mount: every handle of it is direct I/O (see `caching.rs`).
+pub(super) const DIRECT: u8 = 16;
+/// Its name was given another inode so that its size never changes (see `caching.rs`).
+pub(super) const RETIRED: u8 = 32;
 
 /// What one inode takes in the tables: its entry and its slot in the index, each with the
 /// hash table's control byte.
@@ -76,6 +82,14 @@ impl Inode {
             (self.shown_size, self.shown_mtime_ns) = (size, mtime_ns);
             self.flags |= SHOWN;
         }
+    }
+
+    pub(super) fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    pub(super) fn set(&mut self, flag: u8) {
+        self.flags |= flag;
     }
 
     pub(super) fn is_attached(&self) -> bool {
