@@ -13,6 +13,31 @@ use super::tree::RETIRED;
 use super::{InodeTable, Tables};
 
 impl Tables {
+    /// Hold `local` for `ino` (or nothing); returns what was held. An inode that holds nothing
+    /// any more is dropped if nothing else holds it.
+    pub(super) fn set_local(&mut self, ino: u64, local: Option<Local>) -> Option<Local> {
+        if !self.inodes.contains_key(&ino) {
+            return None;
+        }
+        let held = local.is_some();
+        let old = match local {
+            Some(local) => self.held.insert(ino, local),
+            None => self.held.remove(&ino),
+        };
+        // A name the inode no longer has (replaced by a rename) is not its to index.
+        if let Some(path) = self.attached(ino).then(|| self.path_of(ino)).flatten() {
+            if held {
+                self.held_paths.insert(Arc::from(path));
+            } else {
+                self.held_paths.remove(path.as_str());
+            }
+        }
+        if !held {
+            self.drop_if_unused(ino);
+        }
+        old
+    }
+
     /// One more handle of the file held at `path` (this `file` going to `sink` if none is):
     /// its inode and the file now held there, which the handle must use. That may be another
     /// than `file`: between a caller's look at the table and this, another open may have put

@@ -351,31 +351,6 @@ impl Tables {
         replaced
     }
 
-    /// Hold `local` for `ino` (or nothing); returns what was held. An inode that holds nothing
-    /// any more is dropped if nothing else holds it.
-    pub(super) fn set_local(&mut self, ino: u64, local: Option<Local>) -> Option<Local> {
-        if !self.inodes.contains_key(&ino) {
-            return None;
-        }
-        let held = local.is_some();
-        let old = match local {
-            Some(local) => self.held.insert(ino, local),
-            None => self.held.remove(&ino),
-        };
-        // A name the inode no longer has (replaced by a rename) is not its to index.
-        if let Some(path) = self.attached(ino).then(|| self.path_of(ino)).flatten() {
-            if held {
-                self.held_paths.insert(Arc::from(path));
-            } else {
-                self.held_paths.remove(path.as_str());
-            }
-        }
-        if !held {
-            self.drop_if_unused(ino);
-        }
-        old
-    }
-
     /// Give memory back once the tables are mostly empty (see the module's documentation).
     fn shrink(&mut self) {
         let (len, capacity) = (self.inodes.len(), self.inodes.capacity());
