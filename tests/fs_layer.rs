@@ -756,21 +756,22 @@ async fn reads_go_where_the_open_found_the_chunk() {
     assert_eq!(fs.read(fh, 0, 1 << 20).await.unwrap().to_vec(), b"rewritten");
 }
 
+/// The inodes of the four leaf directories of the hierarchy's sharded array.
+async fn sharded_leaf_dirs(fs: &Fs) -> Vec<u64> {
+    let mut dirs = Vec::new();
+    for row in 0..4 {
+        dirs.push(resolve(fs, &format!("data/sharded/c/{row}")).await.unwrap().ino);
+    }
+    dirs
+}
+
 /// A listing from the start (READDIRPLUS) hands attributes to a walker that stats what it
 /// lists, up to the last file (left to a plain READDIR, where the walker's LOOKUP of it shows
 /// it still stats), and only `.` and `..` to one that did not look up a file it listed.
 #[tokio::test]
 async fn a_listing_hands_attributes_only_to_walkers_that_stat() {
     let (_, _, fs) = hierarchy_fs();
-    let mut dirs = Vec::new();
-    for path in [
-        "data/sharded/c/0",
-        "data/sharded/c/1",
-        "data/sharded/c/2",
-        "data/sharded/c/3",
-    ] {
-        dirs.push(resolve(&fs, path).await.unwrap().ino);
-    }
+    let dirs = sharded_leaf_dirs(&fs).await;
     let listed = |ino: u64| {
         let fs = &fs;
         async move {
@@ -822,15 +823,7 @@ async fn a_listing_hands_attributes_only_to_walkers_that_stat() {
 #[tokio::test]
 async fn a_listing_continued_with_attributes_shows_a_walker_that_stats() {
     let (_, _, fs) = hierarchy_fs();
-    let mut dirs = Vec::new();
-    for path in [
-        "data/sharded/c/0",
-        "data/sharded/c/1",
-        "data/sharded/c/2",
-        "data/sharded/c/3",
-    ] {
-        dirs.push(resolve(&fs, path).await.unwrap().ino);
-    }
+    let dirs = sharded_leaf_dirs(&fs).await;
     let first_answer = |ino: u64, then_more: bool| {
         let fs = &fs;
         async move {

@@ -8,16 +8,12 @@ use super::inodes::Place;
 use super::{Attr, Fs, FsError, FsResult, Node};
 
 impl Fs {
-    /// The inode and attributes a name is handed to the kernel with (one lookup counted). With
-    /// the page cache, a file's inode never changes size: another size gets another inode (see
+    /// The inode and attributes a name is handed to the kernel with (one lookup counted). A
+    /// file's inode never changes size: another size gets another inode (see
     /// `fs/inodes/sizes.rs`).
     /// The entry is `name` in directory `dir`, whose inode is `dir_ino`.
     pub(crate) fn entry_attr(&self, dir_ino: u64, dir: &str, name: &str, node: &Node) -> Attr {
         let place = Place::Child { dir_ino, dir, name };
-        if !self.config.page_cache() {
-            let ino = self.inodes.lookup(place);
-            return self.attr(ino, node);
-        }
         if node.is_dir() {
             let ino = self.inodes.lookup_sized(place, None);
             return self.attr(ino, node);
@@ -25,10 +21,9 @@ impl Fs {
         self.inodes.lookup_shown(place, node.size, |ino| self.attr(ino, node))
     }
 
-    /// With the page cache, the bytes of a file whose size is not its inode's are another
-    /// inode's: `Replaced` (ESTALE) for whatever would read them through this one.
+    /// The bytes of a file whose size is not its inode's are another inode's: `Replaced` (ESTALE) for whatever would read them through this one.
     pub(super) fn check_size(&self, ino: u64, node: &Node) -> FsResult<()> {
-        match self.config.page_cache() && !node.is_dir() && self.inodes.shown_if_resized(ino, node.size).is_some() {
+        match !node.is_dir() && self.inodes.shown_if_resized(ino, node.size).is_some() {
             true => Err(FsError::Replaced),
             false => Ok(()),
         }

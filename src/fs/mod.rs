@@ -275,7 +275,7 @@ impl Fs {
         };
         // An inode the kernel may cache never changes size (see `fs/inodes/caching.rs`): a
         // file held at its name is another inode's.
-        if self.config.page_cache() && attr.kind == FileKind::File {
+        if attr.kind == FileKind::File {
             if let Some(shown) = self.inodes.shown_if_resized(ino, attr.size) {
                 return Ok(Attr {
                     size: shown.size,
@@ -292,7 +292,7 @@ impl Fs {
         Ok(self.open_file(ino, write, truncate).await?.fh)
     }
 
-    /// Open a file, and say how the kernel may cache it (see [`FsConfig::page_cache`]). A
+    /// Open a file, and say how the kernel may cache it (see `fs/inodes/caching.rs`). A
     /// reader of stored bytes reads through the page cache, and keeps the pages only if it
     /// finds exactly the bytes the previous reader of this inode found (same shard version and
     /// place for a chunk, same version for a stored file). Handles that can write, readers of a
@@ -302,9 +302,7 @@ impl Fs {
         self.ops.count(&self.ops.opens);
         let (fh, stored) = self.open_handle(ino, write, truncate).await?;
         let mode = match stored {
-            Some((content, size)) if self.config.page_cache() => {
-                self.inodes.open_reader(ino, content, size, self.config.writable)
-            }
+            Some((content, size)) => self.inodes.open_reader(ino, content, size, self.config.writable),
             _ => ReadMode::Direct,
         };
         Ok(Opened {

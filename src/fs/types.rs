@@ -40,27 +40,6 @@ pub struct FsConfig {
 }
 
 impl FsConfig {
-    /// Whether the kernel may serve files from its page cache: yes, for readers of stored
-    /// bytes, on every mount.
-    ///
-    /// The kernel reads a file into its page cache a page at a time and takes a short answer
-    /// as the end of the file: it zero-fills the rest of the page and marks it valid. It lowers
-    /// its idea of the file's size to match only if no attribute of the file changed while the
-    /// read was in flight; when one did (a writer's `O_TRUNC` or write, any lookup's answer),
-    /// the zeros stay, and a reader whose file is by then larger again copies them out: bytes
-    /// nobody wrote (two writers rewriting a chunk on one mount, a third deleting it: a few
-    /// reads in 10,000 came back as zeros when writable mounts cached every file). So an inode
-    /// the kernel caches never changes size: a file found with another size at its name gets a
-    /// new inode (`fs/inodes/sizes.rs`), and nothing writes through a cached inode: an open for
-    /// writing of one sends the kernel to a new inode, whose handles are all
-    /// `FOPEN_DIRECT_IO` (each read answered by the daemon, a short answer a short read, as on
-    /// a local filesystem; see `fs/inodes/caching.rs`). Shared `mmap` of those still works
-    /// (`FUSE_DIRECT_IO_ALLOW_MMAP`). Warm re-reads of files nobody writes are then free on
-    /// writable mounts too.
-    pub fn page_cache(&self) -> bool {
-        true
-    }
-
     pub fn read_only(uid: u32, gid: u32, attr_ttl: Duration) -> Self {
         FsConfig {
             uid,
@@ -95,7 +74,7 @@ pub struct OpenedDir {
 
 /// An open file handle, whether the kernel may keep its cached pages of the file, whether
 /// closing it needs no flush (it cannot write, so a flush would do nothing), and whether the
-/// kernel must send every read and write of it to the daemon (see [`FsConfig::page_cache`]).
+/// kernel must send every read and write of it to the daemon (see `fs/inodes/caching.rs`).
 #[derive(Debug, Clone, Copy)]
 pub struct Opened {
     pub fh: u64,

@@ -273,7 +273,7 @@ impl Fs {
         let path = self.path_of(ino)?;
         // By path: a cached inode never changes size; the kernel looks the name up again and
         // truncates the inode it then finds (see `fs/inodes/caching.rs`).
-        if self.config.page_cache() && self.inodes.begin_write(ino, &path).is_err() {
+        if self.inodes.begin_write(ino, &path).is_err() {
             return Err(FsError::Replaced);
         }
         if let Some((file, Sink::Commit(_))) = self.inodes.file_at(&path) {

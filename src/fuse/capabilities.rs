@@ -23,7 +23,7 @@ pub(super) fn negotiate(config: &mut KernelConfig, fs: &FsConfig) -> bool {
     let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
     let _ = config.set_max_background(MAX_BACKGROUND);
     if fs.writable {
-        // Files written through the mount are FOPEN_DIRECT_IO (see `FsConfig::page_cache`);
+        // Files written through the mount are FOPEN_DIRECT_IO (see `fs/inodes/caching.rs`);
         // without this a shared mmap of one fails with ENODEV (numpy.memmap, tools that map
         // their input).
         let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);

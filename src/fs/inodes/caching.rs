@@ -1,7 +1,7 @@
 //! Which handles of a writable mount the kernel may serve from its page cache, and why they
 //! never return bytes nobody wrote.
 //!
-//! The hazard (see `FsConfig::page_cache`): the kernel fills a cached page from a short answer
+//! The hazard (see `sizes.rs`): the kernel fills a cached page from a short answer
 //! with zeros and keeps them when an attribute of the inode changed while the read was in
 //! flight; a reader copies them out once the inode's size has grown past them. So zeros can
 //! only reach a reader through an inode whose size the kernel changes while its pages are

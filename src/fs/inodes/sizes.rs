@@ -1,5 +1,5 @@
-//! A file's inode never changes size, on mounts that keep the kernel's page cache (read-only
-//! mounts, see `FsConfig::page_cache`).
+//! A file's inode never changes size: the kernel keeps its page cache of files read through
+//! every mount (writable ones too, see `caching.rs`).
 //!
 //! The kernel reads a cached file a page at a time, and takes a short answer as its end: it
 //! zero-fills the rest of the page and lowers the file's size, unless an attribute of the file
