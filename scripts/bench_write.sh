@@ -38,6 +38,8 @@
 #        RUNS         timed runs per measurement; the fastest is reported (default 3)
 #        WB_DELAY     --write-back-delay of the write-back mode, seconds (default 5)
 #        PREMKDIR     1: mkdir the chunk directory `c` in the view before the cp (default 0)
+#        ZARRFS_MOUNT_OPTIONS  more options for every mount (e.g. "--metadata-ttl 1": a local
+#                     source not watched)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -58,7 +60,9 @@ ROW="$WORK/row.tsv"
 # mount_view SRC [OPTIONS...]: mount SRC on $MNT; sets DAEMON_PID.
 mount_view() {
     local src="$1"; shift
-    RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$src" "$MNT" --log-file "$WORK/zarrfs.log" "$@"
+    # shellcheck disable=SC2086  # ZARRFS_MOUNT_OPTIONS: words
+    RUST_LOG="${RUST_LOG:-zarrfs=warn}" "$BIN" mount "$src" "$MNT" --log-file "$WORK/zarrfs.log" "$@" \
+        ${ZARRFS_MOUNT_OPTIONS:-}
     DAEMON_PID=$(pgrep -f -- "mount $src $MNT" || true)
     [ -n "$DAEMON_PID" ] || die "mounted $src but found no daemon process"
     DAEMON_PIDS="$DAEMON_PIDS $DAEMON_PID"

@@ -283,6 +283,19 @@ async fn check_and_warm_up(view: &View, store: &dyn Store, source: &SourceSpec) 
 
 /// Open the source, check it answers, build the filesystem and mount it.
 fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<Started> {
+    // A watched source is trusted until it changes.
+    let watch = crate::source::start_watch(settings);
+    let watched;
+    let settings = match watch {
+        Some(_) => {
+            watched = MountSettings {
+                metadata_ttl: crate::fs::INDEFINITE_TTL,
+                ..settings.clone()
+            };
+            &watched
+        }
+        None => settings,
+    };
     let crate::reading::Reading { view, store, counters } = crate::reading::open(settings)?;
     let disk_cache = counters.disk_cache.clone();
     runtime.block_on(check_and_warm_up(&view, &*store, &settings.source))?;
@@ -296,6 +309,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     fs_config.write_back_delay = settings.write_back_delay.filter(|_| settings.writable);
     fs_config.write_buffer_bytes = settings.write_buffer_bytes;
     fs_config.xattrs = settings.xattr;
+    fs_config.watched = watch.is_some();
     // A store that cannot be listed shows in a listing what lookups have found so far: the
     // kernel must not keep one.
     fs_config.kernel_listings =
@@ -331,6 +345,10 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     crate::mountpoint::prepare(&settings.mountpoint, settings.stack)?;
     let mounted = session::mount(fs.clone(), runtime.handle().clone(), &settings.mountpoint, &cfg)
         .with_context(|| format!("cannot mount {}", settings.mountpoint.display()))?;
+    let mounted = match watch {
+        Some(watch) => mounted.with_changes(crate::source::change_feed(watch)),
+        None => mounted,
+    };
     Ok((fs, mounted, disk_cache))
 }
 

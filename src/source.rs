@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::cli::{MountSettings, SourceSpec};
 use crate::store::list_cache::ListCache;
+use crate::store::local::watch::{SourceWatch, WatchError};
 use crate::store::local::LocalStore;
 use crate::store::missing_cache::MissingCache;
 use crate::store::object::learned_nodes::GridScope;
@@ -59,6 +60,41 @@ pub fn with_caches(
         }
         SourceSpec::Local(_) => counted,
     }
+}
+
+/// The watch of a local source, when the mount is to be told of its changes instead of
+/// trusting what it read for `--metadata-ttl` (none was given; see `store/local/watch.rs`). A
+/// source that cannot be watched keeps the TTL, and the log says why.
+pub fn start_watch(settings: &MountSettings) -> Option<SourceWatch> {
+    let SourceSpec::Local(path) = &settings.source else {
+        return None;
+    };
+    if !settings.watch {
+        return None;
+    }
+    let ttl = settings.metadata_ttl.as_secs_f64();
+    match SourceWatch::start(path) {
+        Ok(watch) => {
+            tracing::info!(
+                directories = watch.watched(),
+                "watching the source: its changes show at once"
+            );
+            Some(watch)
+        }
+        Err(e @ WatchError::NotLocal(..)) => {
+            tracing::info!("changes to the source show within --metadata-ttl ({ttl} s): {e}");
+            None
+        }
+        Err(e) => {
+            tracing::warn!("changes to the source show within --metadata-ttl ({ttl} s): {e}");
+            None
+        }
+    }
+}
+
+/// What a mount is told of the source's changes by its watch.
+pub fn change_feed(mut watch: SourceWatch) -> crate::fuse::watching::ChangeFeed {
+    Box::new(move |wait| Ok(watch.wait(wait)?.map(|changed| (changed.keys, changed.everything))))
 }
 
 /// A source's store, with the counters of what its client sends over the wire (remote ones).

@@ -52,6 +52,9 @@ struct Given {
     at: Instant,
     /// The mount's change generation when the listing was last taken and found the same.
     generation: u64,
+    /// Handed without its entries' attributes (to a walker guessed to want names only, see
+    /// `walkers.rs`): kept only for walkers that still do.
+    bare: bool,
 }
 
 /// What the kernel holds of each directory's listing (see the module's documentation).
@@ -77,11 +80,16 @@ impl KernelListings {
     /// `dir` is opened with a listing of `fingerprint`, taken at the mount's change
     /// `generation`: whether the kernel may keep what it holds. When it may not, the kernel
     /// drops it and this listing is what it will hold.
-    pub fn open(&self, dir: &str, fingerprint: u64, generation: u64) -> bool {
+    /// A listing handed without attributes is not kept for a walker that `stats` (each of its
+    /// stats would cost a LOOKUP; the listing taken again comes with them).
+    pub fn open(&self, dir: &str, fingerprint: u64, generation: u64, stats: bool) -> bool {
         let now = Instant::now();
         let mut given = self.given();
         if let Some(g) = given.get_mut(dir) {
-            if g.fingerprint == Some(fingerprint) && now.saturating_duration_since(g.at) < self.ttl {
+            if g.fingerprint == Some(fingerprint)
+                && now.saturating_duration_since(g.at) < self.ttl
+                && !(g.bare && stats)
+            {
                 g.generation = generation;
                 return true;
             }
@@ -92,6 +100,7 @@ impl KernelListings {
                 fingerprint: Some(fingerprint),
                 at: now,
                 generation,
+                bare: true,
             },
         );
         false
@@ -103,24 +112,34 @@ impl KernelListings {
     /// changed nothing since the listing was last taken. With a finite TTL the listing is taken
     /// at every `opendir`: the view may have learnt of a change since (a shard index reloaded
     /// by a read), which must show at the next listing.
-    pub fn still_kept(&self, dir: &str, generation: u64) -> bool {
+    /// Not for a walker that `stats` if it was handed without attributes (as [`open`](Self::open)).
+    pub fn still_kept(&self, dir: &str, generation: u64, stats: bool) -> bool {
         if self.ttl < super::INDEFINITE_TTL {
             return false;
         }
         let mut given = self.given();
         given
             .get(dir)
-            .is_some_and(|g| g.fingerprint.is_some() && g.generation == generation)
+            .is_some_and(|g| g.fingerprint.is_some() && g.generation == generation && !(g.bare && stats))
     }
 
     /// A listing of `dir` of `fingerprint` is served from its start: if it is not the one the
     /// kernel was last given, the kernel may be keeping it instead.
+    /// It goes without attributes unless [`handed_attributes`](Self::handed_attributes) says so.
     pub fn served_from_start(&self, dir: &str, fingerprint: u64) {
         let mut given = self.given();
         if let Some(g) = given.get_mut(dir) {
             if g.fingerprint != Some(fingerprint) {
                 g.fingerprint = None;
             }
+            g.bare = true;
+        }
+    }
+
+    /// The listing of `dir` served from its start went with its entries' attributes.
+    pub fn handed_attributes(&self, dir: &str) {
+        if let Some(g) = self.given().get_mut(dir) {
+            g.bare = false;
         }
     }
 }
@@ -148,59 +167,77 @@ mod tests {
     fn kept_while_unchanged_and_within_the_ttl() {
         let k = KernelListings::new(Duration::from_secs(60));
         let a = fingerprint(&listing(&["0", "1"]));
-        assert!(!k.open("c", a, 0), "nothing given yet");
-        assert!(k.open("c", a, 0), "the same listing, just given");
-        assert!(k.open("c", a, 0));
+        assert!(!k.open("c", a, 0, false), "nothing given yet");
+        assert!(k.open("c", a, 0, false), "the same listing, just given");
+        assert!(k.open("c", a, 0, false));
         let b = fingerprint(&listing(&["0", "1", "2"]));
-        assert!(!k.open("c", b, 0), "changed: dropped");
-        assert!(k.open("c", b, 0), "and the new one kept from then on");
-        assert!(!k.open("d", b, 0), "per directory");
+        assert!(!k.open("c", b, 0, false), "changed: dropped");
+        assert!(k.open("c", b, 0, false), "and the new one kept from then on");
+        assert!(!k.open("d", b, 0, false), "per directory");
     }
 
     #[test]
     fn not_kept_once_its_entries_expired() {
         let k = KernelListings::new(Duration::from_millis(30));
         let a = fingerprint(&listing(&["0"]));
-        assert!(!k.open("c", a, 0));
+        assert!(!k.open("c", a, 0, false));
         std::thread::sleep(Duration::from_millis(40));
-        assert!(!k.open("c", a, 0), "given over a TTL ago: handed over afresh");
-        assert!(k.open("c", a, 0));
+        assert!(!k.open("c", a, 0, false), "given over a TTL ago: handed over afresh");
+        assert!(k.open("c", a, 0, false));
     }
 
     #[test]
     fn another_listing_served_from_the_start_is_never_kept_after() {
         let k = KernelListings::new(Duration::from_secs(60));
         let (old, new) = (fingerprint(&listing(&["0"])), fingerprint(&listing(&["0", "1"])));
-        assert!(!k.open("c", old, 0));
-        assert!(!k.open("c", new, 0), "a second open, the listing changed");
+        assert!(!k.open("c", old, 0, false));
+        assert!(!k.open("c", new, 0, false), "a second open, the listing changed");
         // The first handle lists from the start after the second open dropped the kernel's
         // copy: the kernel may now hold the old listing.
         k.served_from_start("c", old);
-        assert!(!k.open("c", new, 0), "unknown: dropped");
+        assert!(!k.open("c", new, 0, false), "unknown: dropped");
         k.served_from_start("c", new);
-        assert!(k.open("c", new, 0));
+        assert!(k.open("c", new, 0, false));
     }
 
     #[test]
     fn still_kept_without_listing_while_the_mount_changed_nothing() {
         let k = KernelListings::new(crate::fs::INDEFINITE_TTL);
         let a = fingerprint(&listing(&["0"]));
-        assert!(!k.still_kept("c", 3), "nothing given");
-        assert!(!k.open("c", a, 3));
-        assert!(k.still_kept("c", 3));
-        assert!(!k.still_kept("c", 4), "the mount changed something: taken again");
-        assert!(k.open("c", a, 4), "the same listing");
-        assert!(k.still_kept("c", 4));
+        assert!(!k.still_kept("c", 3, false), "nothing given");
+        assert!(!k.open("c", a, 3, false));
+        assert!(k.still_kept("c", 3, false));
+        assert!(!k.still_kept("c", 4, false), "the mount changed something: taken again");
+        assert!(k.open("c", a, 4, false), "the same listing");
+        assert!(k.still_kept("c", 4, false));
         k.served_from_start("c", fingerprint(&listing(&["1"])));
-        assert!(!k.still_kept("c", 4), "the kernel may hold another listing");
-        assert!(!k.open("c", a, 4));
+        assert!(!k.still_kept("c", 4, false), "the kernel may hold another listing");
+        assert!(!k.open("c", a, 4, false));
         let finite = KernelListings::new(Duration::from_secs(3600));
-        assert!(!finite.open("c", a, 4));
-        assert!(finite.open("c", a, 4));
+        assert!(!finite.open("c", a, 4, false));
+        assert!(finite.open("c", a, 4, false));
         assert!(
-            !finite.still_kept("c", 4),
+            !finite.still_kept("c", 4, false),
             "with a finite TTL the listing is always taken"
         );
+    }
+
+    #[test]
+    fn a_listing_handed_without_attributes_is_not_kept_for_a_walker_that_stats() {
+        for k in [
+            KernelListings::new(Duration::from_secs(60)),
+            KernelListings::new(crate::fs::INDEFINITE_TTL),
+        ] {
+            let a = fingerprint(&listing(&["0"]));
+            assert!(!k.open("c", a, 0, false));
+            k.served_from_start("c", a); // names only
+            assert!(k.open("c", a, 0, false), "kept for a walker that wants names");
+            assert!(!k.open("c", a, 0, true), "not for one that stats");
+            k.served_from_start("c", a);
+            k.handed_attributes("c");
+            assert!(k.open("c", a, 0, true), "handed with attributes: kept for both");
+            assert!(k.open("c", a, 0, false));
+        }
     }
 
     #[test]

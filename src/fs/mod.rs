@@ -22,6 +22,7 @@ mod link;
 mod overlay;
 mod readdir;
 mod rename;
+pub mod source_changes;
 mod types;
 mod unlinked;
 mod unopened;
@@ -79,6 +80,8 @@ pub struct Fs {
     /// Bumped at the end of every operation that may change a name, size or content: open
     /// directory handles take their listing again when it moved (see `readdir.rs`).
     changes: std::sync::atomic::AtomicU64,
+    /// Changes of the source the mount was told of (`source_changes.rs`).
+    source: source_changes::SourceChanges,
 }
 
 /// Bumps the change generation when dropped: at the end of the operation holding it, after
@@ -139,6 +142,7 @@ impl Fs {
             walkers: walkers::Walkers::default(),
             budget,
             changes: std::sync::atomic::AtomicU64::new(0),
+            source: Default::default(),
         }
     }
 
@@ -241,7 +245,7 @@ impl Fs {
         }
         let node = self.node(&at).await?;
         if !node.is_dir() {
-            self.walkers.entries_used(parent);
+            self.file_looked_up(parent, &dir);
         }
         Ok(self.entry_attr(parent, &dir, name, &node))
     }

@@ -24,12 +24,15 @@ impl Fs {
         self.ops.count(&self.ops.opendirs);
         let path = self.path_of(ino)?;
         let generation = self.generation();
+        let stats = self.walkers.stats();
         if self
             .kernel_listings
             .as_ref()
-            .is_some_and(|k| k.still_kept(&path, generation))
+            .is_some_and(|k| k.still_kept(&path, generation, stats))
         {
-            // The kernel lists it from what it kept: nothing to take now, unless it asks.
+            // The kernel lists it from what it kept: nothing to take now, unless it asks. The
+            // walker's use of it still tells what it does with names (`walkers.rs`).
+            self.walkers.listed(ino);
             self.ops.count(&self.ops.listings_kept);
             return Ok(OpenedDir {
                 fh: self.dirs.insert(DirHandle::unlisted(path)),
@@ -45,10 +48,11 @@ impl Fs {
         }
         self.add_unstored(unstored, &mut entries).await;
         let (cache, keep_cache) = match &self.kernel_listings {
-            Some(kept) => (true, kept.open(&path, fingerprint(&entries), generation)),
+            Some(kept) => (true, kept.open(&path, fingerprint(&entries), generation, stats)),
             None => (false, false),
         };
         if keep_cache {
+            self.walkers.listed(ino);
             self.ops.count(&self.ops.listings_kept);
         }
         Ok(OpenedDir {
@@ -191,7 +195,12 @@ impl Fs {
         } else {
             let last_is_file = items.entries.last().is_some_and(|(_, node)| !node.is_dir());
             items.end = match self.walkers.listing_starts(ino) {
-                true => 2 + items.entries.len() - usize::from(last_is_file),
+                true => {
+                    if let Some(kept) = &self.kernel_listings {
+                        kept.handed_attributes(&items.path);
+                    }
+                    2 + items.entries.len() - usize::from(last_is_file)
+                }
                 false => {
                     self.ops.count(&self.ops.listings_bare);
                     2
@@ -199,6 +208,16 @@ impl Fs {
             };
         }
         Ok(items)
+    }
+
+    /// A file of directory `dir` (inode `dir_ino`) was looked up: the walker uses what it lists
+    /// (`walkers.rs`), and the kernel has the attributes of what it looked up, so its kept
+    /// listing no longer counts as one without them.
+    pub(super) fn file_looked_up(&self, dir_ino: u64, dir: &str) {
+        self.walkers.entries_used(dir_ino);
+        if let Some(kept) = &self.kernel_listings {
+            kept.handed_attributes(dir);
+        }
     }
 
     /// The inode number of a listed entry for a plain readdir, which only reports a number (the

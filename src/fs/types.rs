@@ -37,6 +37,9 @@ pub struct FsConfig {
     /// their entries valid (`attr_ttl`): set when `--metadata-ttl` is long enough for it to pay
     /// (see `fs/kernel_listings.rs`).
     pub kernel_listings: bool,
+    /// The mount is told of the source's changes (a watched local source): `attr_ttl` never
+    /// expires, and each change drops what it touched (see `fs/source_changes.rs`).
+    pub watched: bool,
 }
 
 impl FsConfig {
@@ -53,6 +56,7 @@ impl FsConfig {
             spill_dir: std::env::temp_dir(),
             xattrs: false,
             kernel_listings: false,
+            watched: false,
         }
     }
 }

@@ -49,6 +49,12 @@ pub struct Snapshots {
 }
 
 impl Snapshots {
+    /// Drop everything kept (the source changed).
+    pub fn clear(&self) {
+        self.lock().clear();
+        self.files.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(u64, Instant, Bytes)>> {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }

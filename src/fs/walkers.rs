@@ -52,6 +52,28 @@ impl Walkers {
     /// A listing of directory `dir_ino` starts from the beginning: whether to hand its entries
     /// with their attributes. With nothing recent to go by, yes: most walkers stat.
     pub fn listing_starts(&self, dir_ino: u64) -> bool {
+        self.listed(dir_ino)
+    }
+
+    /// Whether the walker is guessed to stat what it lists, as [`listing_starts`] would say,
+    /// without a listing starting.
+    ///
+    /// [`listing_starts`]: Self::listing_starts
+    pub fn stats(&self) -> bool {
+        let now = Instant::now();
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut live = recent
+            .iter()
+            .rev()
+            .filter(|l| now.duration_since(l.at) < WINDOW)
+            .peekable();
+        live.peek().is_none() || live.take(CONSULTED).any(|l| l.statted)
+    }
+
+    /// Directory `dir_ino` is listed from the start (by the daemon, or by the kernel from what
+    /// it kept): remember it, to see whether its files get looked up. Returns the guess made
+    /// before it.
+    pub fn listed(&self, dir_ino: u64) -> bool {
         let now = Instant::now();
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         recent.retain(|l| l.dir_ino != dir_ino && now.duration_since(l.at) < WINDOW);

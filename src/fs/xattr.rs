@@ -27,6 +27,10 @@ impl Fs {
         stats.extend(self.ops.snapshot());
         stats.extend(self.holdings());
         stats.extend(self.latencies.snapshot());
+        for (name, value) in self.source_change_counts() {
+            stats.insert(name.into(), value.into());
+        }
+        stats.insert("source_watched".into(), self.config.watched.into());
         serde_json::to_vec(&stats).map_err(|_| FsError::NoAttribute)
     }
 

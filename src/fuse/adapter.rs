@@ -5,7 +5,7 @@
 
 use std::ffi::OsStr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, FileHandle, Filesystem, Generation, INodeNo, KernelConfig, LockOwner, OpenAccMode, OpenFlags,
@@ -16,6 +16,7 @@ use tokio::runtime::Handle;
 
 use super::reply::{self, file_attr, ErrorReply};
 use super::request::op;
+use crate::fs::source_changes::TtlTicket;
 use crate::fs::{Fs, FsError};
 
 pub struct ZarrFuse {
@@ -30,8 +31,9 @@ impl ZarrFuse {
         ZarrFuse { fs, rt, no_open: false }
     }
 
-    fn ttl(&self) -> Duration {
-        self.fs.config().attr_ttl
+    /// The TTL of an answer, taken as its request arrives (see `TtlTicket`).
+    fn ttl(&self) -> TtlTicket {
+        self.fs.ttl_ticket()
     }
 }
 
@@ -49,7 +51,7 @@ impl Filesystem for ZarrFuse {
             FsError::NotFound,
             reply,
             |fs, name| async move { fs.lookup(parent.0, &name).await },
-            move |r, attr| reply::entry(r, &ttl, &attr),
+            move |r, attr| reply::entry(r, &ttl.ttl(), &attr),
         );
     }
 
@@ -61,7 +63,7 @@ impl Filesystem for ZarrFuse {
         let (fs, ttl) = (self.fs.clone(), self.ttl());
         let request = async move { fs.getattr(ino.0).await };
         self.answer(op(req, "getattr", ino), reply, request, move |r, attr| {
-            r.attr(&ttl, &file_attr(&attr))
+            r.attr(&ttl.ttl(), &file_attr(&attr))
         });
     }
 
@@ -158,7 +160,7 @@ impl Filesystem for ZarrFuse {
         let request = async move { fs.dir_items_plus(ino.0, fh.0, offset).await };
         let fs = self.fs.clone();
         self.answer(op(req, "readdirplus", ino).fh(fh), reply, request, move |r, items| {
-            reply::directory_plus(&fs, r, &ttl, items)
+            reply::directory_plus(&fs, r, &ttl.ttl(), items)
         });
     }
 
@@ -249,7 +251,7 @@ impl Filesystem for ZarrFuse {
             }
         };
         self.answer(op(req, "setattr", ino), reply, request, move |r, attr| {
-            r.attr(&ttl, &file_attr(&attr))
+            r.attr(&ttl.ttl(), &file_attr(&attr))
         });
     }
 
@@ -273,7 +275,7 @@ impl Filesystem for ZarrFuse {
             |fs, name| async move { fs.create(parent.0, &name, truncate).await },
             move |r, (attr, fh)| {
                 let flags = reply::open_flags(&fs.created(fh));
-                r.created(&ttl, &file_attr(&attr), Generation(0), FileHandle(fh), flags)
+                r.created(&ttl.ttl(), &file_attr(&attr), Generation(0), FileHandle(fh), flags)
             },
         );
     }
@@ -314,7 +316,7 @@ impl Filesystem for ZarrFuse {
             FsError::InvalidName,
             reply,
             |fs, name| async move { fs.mkdir(parent.0, &name).await },
-            move |r, attr| reply::entry(r, &ttl, &attr),
+            move |r, attr| reply::entry(r, &ttl.ttl(), &attr),
         );
     }
 
@@ -372,7 +374,7 @@ impl Filesystem for ZarrFuse {
             FsError::InvalidName,
             reply,
             |fs, name| async move { fs.link(ino.0, new_parent.0, &name).await },
-            move |r, attr| reply::entry(r, &ttl, &attr),
+            move |r, attr| reply::entry(r, &ttl.ttl(), &attr),
         );
     }
 

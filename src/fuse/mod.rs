@@ -7,5 +7,6 @@ mod pruning;
 pub mod reply;
 mod request;
 pub mod session;
+pub mod watching;
 
 pub use pruning::DEFAULT_MAX_INODES;

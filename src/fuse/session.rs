@@ -51,6 +51,8 @@ pub struct Mounted {
     session: Session<ZarrFuse>,
     fs: Arc<Fs>,
     max_inodes: usize,
+    /// Where the source's changes come from, if the mount is told of them.
+    changes: Option<super::watching::ChangeFeed>,
     mountpoint: PathBuf,
     /// This mount, as the mount table knows it (`None` if it could not be found there: then
     /// zarrfs never unmounts anything itself).
@@ -74,6 +76,7 @@ pub fn mount(fs: Arc<Fs>, rt: Handle, mountpoint: &Path, cfg: &MountConfig) -> i
         session,
         fs,
         max_inodes: cfg.max_inodes,
+        changes: None,
         mountpoint: mountpoint.to_path_buf(),
         identity,
     })
@@ -106,6 +109,13 @@ fn unmount_own(mountpoint: &Path, identity: &MountId) -> io::Result<bool> {
 }
 
 impl Mounted {
+    /// Tell the kernel of the source's changes `feed` reports, while serving (see
+    /// `watching.rs`).
+    pub fn with_changes(mut self, feed: super::watching::ChangeFeed) -> Self {
+        self.changes = Some(feed);
+        self
+    }
+
     /// Serve requests until the filesystem is unmounted (by `zarrfs unmount`, `fusermount3 -u`,
     /// `umount`, or a termination signal received by this process).
     ///
@@ -119,10 +129,12 @@ impl Mounted {
             session,
             fs,
             max_inodes,
+            changes,
             mountpoint,
             identity,
         } = self;
         let mut background = session.spawn()?;
+        let watching = changes.map(|feed| super::watching::Watching::start(fs.clone(), background.notifier(), feed));
         let pruner = super::pruning::Pruner::start(fs, background.notifier(), max_inodes);
         let thread = std::mem::replace(&mut background.guard, std::thread::spawn(|| Ok(())));
         std::mem::forget(background);
@@ -133,6 +145,9 @@ impl Mounted {
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
         pruner.stop();
+        if let Some(watching) = watching {
+            watching.stop();
+        }
         // The session ends when the kernel lets go (after an unmount) or on an error; in the
         // second case the mount may still be here, and still ours.
         if let Some(identity) = &identity {

@@ -142,6 +142,14 @@ impl IndexCache {
         state.lru.put(key, value);
     }
 
+    /// Drop every entry (the store changed in ways not known).
+    pub fn clear(&self) {
+        let mut state = lock(&self.state);
+        state.generation += 1;
+        state.lru.clear();
+        state.used = 0;
+    }
+
     /// Drop every entry of one stored shard (its own index and nested ones).
     pub fn invalidate_shard(&self, shard: &str) {
         let mut state = lock(&self.state);

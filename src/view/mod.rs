@@ -14,6 +14,7 @@
 //! I/O — reads ([`open_file`]), writes, removals and moves ([`write`]), listings ([`listing`]).
 //! It knows nothing of inodes or handles; see `fs/` for those.
 
+mod changes;
 mod copy_units;
 mod listing;
 mod locate;
@@ -34,6 +35,7 @@ use bytes::Bytes;
 use crate::shard::{DataCache, IndexCache, ShardOptions, ShardStats};
 use crate::store::key::dir_prefix;
 use crate::store::{ByteRange, GetOptions, Store};
+pub use changes::ChangedPaths;
 pub use copy_units::{CopyListing, ShardUnit};
 pub use locate::Located;
 use locate::{At, Place};

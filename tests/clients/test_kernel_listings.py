@@ -1,8 +1,9 @@
 """Directory listings kept by the kernel (FOPEN_CACHE_DIR), with --metadata-ttl of 10 s or more:
 a walk of a tree walked before sends no READDIR, only an OPENDIR per directory, while the
 listing is unchanged and was handed over less than the TTL ago. Changes through the mount show
-at once; another mount's changes once the TTL has passed. The default local mount (1 s) lists
-through the daemon every time, as it always did."""
+at once; another mount's changes once the TTL has passed. A local mount with a TTL under 10 s
+lists through the daemon every time; the default local mount is watched (its TTL never expires,
+changes drop what they touch: test_source_watch.py) and keeps listings too."""
 import os
 import subprocess
 import time
@@ -49,14 +50,24 @@ def test_a_warm_walk_with_an_indefinite_ttl_sends_no_readdir(mounter, tree):
             assert sizes[os.path.basename(key)] == len(data), key
 
 
-def test_the_default_local_mount_lists_through_the_daemon_every_time(mounter, tree):
+def test_a_local_mount_with_a_short_ttl_lists_through_the_daemon_every_time(mounter, tree):
     entry = sharded_entry(tree)
-    m = mounter(tree.root, "--read-only")
+    m = mounter(tree.root, "--read-only", "--metadata-ttl", "1")
     first = find(m.path(entry["path"]))
     before = stats(m)
     assert find(m.path(entry["path"])) == first
     d = delta(before, stats(m))
     assert d["fuse_readdirs"] > 0 and d["kernel_listings_kept"] == 0, d
+
+
+def test_the_default_local_mount_keeps_listings(mounter, tree):
+    entry = sharded_entry(tree)
+    m = mounter(tree.root)
+    first = find(m.path(entry["path"]))
+    before = stats(m)
+    assert find(m.path(entry["path"])) == first
+    d = delta(before, stats(m))
+    assert d["fuse_readdirs"] == 0 and d["kernel_listings_kept"] > 0, d
 
 
 def test_a_kept_listing_shows_this_mounts_changes_at_once(mounter, tmp_path):

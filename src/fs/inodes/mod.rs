@@ -161,6 +161,11 @@ impl InodeTable {
         self.lock().oldest_names(want)
     }
 
+    /// The names of the inodes held in directory `dir`.
+    pub fn names_in(&self, dir: u64) -> Vec<String> {
+        self.lock().names_in(dir)
+    }
+
     /// Bytes the table's entries take (see `tree.rs`).
     pub fn bytes(&self) -> usize {
         self.lock().bytes()

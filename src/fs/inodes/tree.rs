@@ -162,6 +162,16 @@ impl Tables {
         self.index.find(hash, named).copied()
     }
 
+    /// The names of the attached inodes in `dir` (a look at every inode: for rare events).
+    pub(super) fn names_in(&self, dir: u64) -> Vec<String> {
+        let in_dir = |(&ino, i): (&u64, &Inode)| ino != ROOT_INO && i.parent == dir && i.is_attached();
+        self.inodes
+            .iter()
+            .filter(|e| in_dir(*e))
+            .map(|(_, i)| i.name.to_string())
+            .collect()
+    }
+
     /// The inode at `path`, if it has one.
     pub(super) fn find(&self, path: &str) -> Option<u64> {
         if path.is_empty() {

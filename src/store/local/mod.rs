@@ -30,6 +30,7 @@ mod listing;
 mod read;
 mod replace;
 mod version;
+pub mod watch;
 
 use listing::*;
 use read::*;

@@ -97,6 +97,21 @@ impl V2Nodes {
     }
 }
 
+impl V2Nodes {
+    /// Forget the node of `dir` (`None`: every node) and the consolidated `.zmetadata` built
+    /// from them.
+    pub fn forget(&self, dir: Option<&str>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match dir {
+            Some(dir) => {
+                entries.pop(dir);
+            }
+            None => entries.clear(),
+        }
+        *self.zmetadata.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
 /// What a path of the v2 view is.
 #[derive(Debug, Clone)]
 pub(in crate::view) enum V2At {

@@ -1,0 +1,112 @@
+//! What a change to the source means for the view, when the mount is told of changes instead
+//! of asking again after a TTL (a watched local source, see `store/local/watch.rs`): what the
+//! view forgets, and which of its paths may now show something else.
+//!
+//! A path stands for everything below it, so the answer is coarse where being exact would
+//! need the view to know what the kernel holds: anything below an array (a shard, a chunk, its
+//! own metadata) is the array's directory; a metadata document is its directory; anything
+//! else is its own path. The root's path `""` stands for the root's documents only.
+
+use std::collections::BTreeSet;
+
+use super::View;
+
+/// The documents whose change changes what their directory is.
+const METADATA_NAMES: [&str; 5] = ["zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"];
+
+/// The paths of the view that changed with a batch of keys.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ChangedPaths {
+    /// No path contains another; `""` is the root's documents.
+    pub paths: Vec<String>,
+    /// Anything may have changed: the whole tree.
+    pub everything: bool,
+}
+
+impl View {
+    /// Forget what is kept of the changed `keys` (with `everything`, of all of them), and say
+    /// which paths changed.
+    pub fn source_changed(&self, keys: &BTreeSet<String>, everything: bool) -> ChangedPaths {
+        if everything || keys.iter().any(|k| is_draft_metadata(k)) {
+            self.forget_everything();
+            return ChangedPaths {
+                paths: Vec::new(),
+                everything: true,
+            };
+        }
+        let mut paths = BTreeSet::new();
+        for key in keys {
+            paths.insert(self.forget_key(key));
+        }
+        ChangedPaths {
+            paths: outermost(paths),
+            everything: false,
+        }
+    }
+
+    fn forget_everything(&self) {
+        self.nodes.forget_all();
+        self.v2.forget(None);
+    }
+
+    /// Forget what is kept of `key`; the path that changed with it.
+    fn forget_key(&self, key: &str) -> String {
+        let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
+        if METADATA_NAMES.contains(&name) {
+            self.nodes.forget(dir);
+            self.v2.forget(Some(dir));
+            return self.array_above(dir).unwrap_or(dir).to_string();
+        }
+        // A shard (or any object) replaced: its indexes and bytes; a directory: its kind.
+        self.nodes.forget_stored(key);
+        self.nodes.forget(key);
+        self.v2.forget(Some(key));
+        self.array_above(key).unwrap_or(key).to_string()
+    }
+
+    /// The outermost directory at or above `path` known as an array.
+    fn array_above<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let mut found = None;
+        let mut at = path;
+        loop {
+            if self.nodes.known_array(at) {
+                found = Some(at);
+            }
+            match at.rsplit_once('/') {
+                Some((parent, _)) => at = parent,
+                None if !at.is_empty() => at = "",
+                None => return found,
+            }
+        }
+    }
+}
+
+/// The paths of `paths` that are not below another one of them (`""`, the root's documents,
+/// contains nothing).
+fn outermost(paths: BTreeSet<String>) -> Vec<String> {
+    let below_another = |path: &str| path.match_indices('/').any(|(i, _)| paths.contains(&path[..i]));
+    paths.iter().filter(|p| !below_another(p)).cloned().collect()
+}
+
+/// A metadata document of a draft hierarchy (`meta/*.json`): it places arrays elsewhere, so
+/// whatever it changes is not known.
+fn is_draft_metadata(key: &str) -> bool {
+    key.starts_with("meta/") && key.ends_with(".json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn outermost_keeps_no_path_below_another() {
+        assert_eq!(
+            outermost(set(&["", "a", "a/c/0", "a.b", "ab/c", "b/x", "b/x/y/z", "b/xy"])),
+            ["", "a", "a.b", "ab/c", "b/x", "b/xy"]
+        );
+    }
+}

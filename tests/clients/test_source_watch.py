@@ -1,0 +1,108 @@
+"""A local source is watched (no --metadata-ttl given): the kernel keeps what it was given
+until the source changes, so a walk repeated after the old 1 s TTL costs no lookup, and a
+change made beside the mount shows at once. A TTL given on the command line, or a source on a
+filesystem whose changes raise no event here (another FUSE mount), keeps the TTL."""
+import os
+import time
+
+import numpy as np
+
+from helpers import assert_same_array, mount_stats, read_zarr_python, walk_files
+
+OLD_TTL = 1.0  # the TTL a local source had before it was watched
+
+
+def write(root, data, path="a"):
+    import zarr
+    arr = zarr.create_array(str(root / path), shape=data.shape, chunks=(4, 4), shards=(8, 8),
+                            dtype=data.dtype, fill_value=0)
+    arr[...] = data
+    return arr
+
+
+def stat_walk(root) -> int:
+    """Stat every file below `root`; how many."""
+    n = 0
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            os.stat(os.path.join(dirpath, name))
+            n += 1
+    return n
+
+
+def until(predicate, timeout=5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_a_repeated_walk_costs_no_lookup_and_changes_show(mounter, tmp_path):
+    import zarr
+    src = tmp_path / "src"
+    zarr.open_group(str(src), mode="w")
+    data = np.arange(16 * 16, dtype="int16").reshape(16, 16)
+    write(src, data)
+    m = mounter(src)
+    stats = mount_stats(m.path())
+    assert stats["source_watched"] is True
+    files = stat_walk(m.path())
+    assert files == 16 + 2  # 16 chunk files, the group's and the array's zarr.json
+    time.sleep(OLD_TTL * 1.5)
+    before = mount_stats(m.path())
+    assert stat_walk(m.path()) == files
+    after = mount_stats(m.path())
+    assert after["fuse_lookups"] == before["fuse_lookups"], "the kernel asked again"
+    assert after["fuse_readdirs"] == before["fuse_readdirs"], "the kernel listed again"
+
+    # Changed beside the mount: a shard rewritten, a new array, an attribute.
+    new = data.copy()
+    new[:8, :8] = -1
+    zarr.open_array(str(src / "a"), mode="r+")[:8, :8] = -1
+    write(src, np.full((4, 4), 5, dtype="int16"), path="b")
+    zarr.open_group(str(src), mode="r+").attrs["title"] = "changed"
+    assert until(lambda: (m.path("b")).exists()), "a new array did not show"
+    assert_same_array(read_zarr_python(m.path("a")), new, "after the rewrite")
+    assert_same_array(read_zarr_python(m.path("b")), np.full((4, 4), 5, dtype="int16"), "new array")
+    assert zarr.open_group(str(m.path()), mode="r").attrs["title"] == "changed"
+    assert until(lambda: mount_stats(m.path())["source_changes"] >= 1)
+    assert mount_stats(m.path())["source_change_names_dropped"] >= 1
+
+    # Removed beside the mount: gone from the mount.
+    for path in sorted(walk_files(src / "b").values(), reverse=True):
+        path.unlink()
+    for dirpath, dirs, _ in os.walk(src / "b", topdown=False):
+        os.rmdir(dirpath)
+    assert until(lambda: not m.path("b").exists()), "a removed array stayed"
+    assert "b" not in os.listdir(m.path())
+
+
+def test_a_ttl_given_is_kept(mounter, tmp_path):
+    src = tmp_path / "src"
+    write(src, np.ones((8, 8), dtype="uint8"))
+    m = mounter(src, "--metadata-ttl", "1")
+    assert mount_stats(m.path())["source_watched"] is False
+    stat_walk(m.path())
+    time.sleep(OLD_TTL * 1.5)
+    before = mount_stats(m.path())
+    stat_walk(m.path())
+    assert mount_stats(m.path())["fuse_lookups"] > before["fuse_lookups"], "entries outlived the TTL"
+
+
+def test_a_source_without_change_events_keeps_the_ttl(mounter, tmp_path):
+    """A source on another FUSE mount (as on NFS, changes may come from elsewhere): not
+    watched, and its changes still show within the TTL."""
+    src = tmp_path / "src"
+    data = np.ones((8, 8), dtype="uint8")
+    write(src, data)
+    below = mounter(src)
+    m = mounter(below.path(), "--read-only")
+    assert mount_stats(m.path())["source_watched"] is False
+    assert "on a" in m.log_tail(200) and "raise no event" in m.log_tail(200)
+    assert_same_array(read_zarr_python(m.path("a")), data, "through two mounts")
+    import zarr
+    zarr.open_array(str(below.path("a")), mode="r+")[...] = 3
+    assert until(lambda: read_zarr_python(m.path("a"))[0, 0] == 3), "a change did not show"
+    m.stop()  # before the mount below it
