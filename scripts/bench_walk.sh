@@ -7,7 +7,9 @@
 #            (4N,), chunks of 4, shards of 65,536 chunks (c/I: N files in one directory)
 #   native   the same unsharded on the local filesystem (`zarrfs copy --unshard`, which writes
 #            byte for byte what `cp -r` of a mount gives)
-#   ro       a `--read-only` mount;  rw  the default (writable) mount;
+#   ro       a `--read-only` mount;  rw  the default (writable) mount (both watch the source:
+#            the kernel keeps entries, attributes and listings until it changes);
+#   ro1, rw1 the same with `--metadata-ttl 1` (not watched: the default before the watch)
 #   ri       a `--read-only --metadata-ttl indefinite` mount (the kernel keeps entries and
 #            attributes for good)
 # Walks over `grid`: du -s, find, os.walk (names only), ls -lR, stat of every file (os.walk +
@@ -36,7 +38,7 @@
 #        RUNS         timed runs per measurement, the fastest reported (default 3 for N <= 10^5,
 #                     1 above)
 #        WALKS        the walks to run (default "du find oswalk ls statall")
-#        TARGETS      the targets (default "native ro rw ri"; with ZARRFS_BIN_BEFORE also
+#        TARGETS      the targets (default "native ro rw ri"; also ro1, rw1; with ZARRFS_BIN_BEFORE also
 #                     ro-before, rw-before, ri-before)
 #        ZARRFS_BIN_BEFORE  a second binary (e.g. the version before a change): its mounts
 #                     (FLAVOR-before) are walked in the same run, interleaved with the others
@@ -65,7 +67,8 @@ ERRLOG="$WORK/walk-errors.log"
 : > "$ERRLOG"
 : > "$WORK/pids"
 
-declare -A MOUNT_OPTS=([ro]="--read-only" [rw]="" [ri]="--read-only --metadata-ttl indefinite")
+declare -A MOUNT_OPTS=([ro]="--read-only" [rw]="" [ri]="--read-only --metadata-ttl indefinite"
+    [ro1]="--read-only --metadata-ttl 1" [rw1]="--metadata-ttl 1")
 # The same mounts of another binary (the version before a change), side by side in the same run.
 declare -A FLAVOR_BIN=()
 if [ -n "${ZARRFS_BIN_BEFORE:-}" ]; then

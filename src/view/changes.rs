@@ -9,6 +9,9 @@
 
 use std::collections::BTreeSet;
 
+use std::sync::atomic::Ordering;
+
+use super::nodes::{NodeCache, NodeInfo};
 use super::View;
 
 /// The documents whose change changes what their directory is.
@@ -78,6 +81,33 @@ impl View {
                 None => return found,
             }
         }
+    }
+}
+
+impl NodeCache {
+    /// Forget every directory's kind and every shard index (the source changed in ways not
+    /// known). Shard bytes are kept: they are tied to the version they were read from.
+    pub fn forget_all(&self) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        entries.clear();
+        self.index_cache.clear();
+    }
+
+    /// Forget the indexes and bytes kept of stored object `key` (a shard someone replaced).
+    pub fn forget_stored(&self, key: &str) {
+        self.index_cache.invalidate_shard(key);
+        if let Some(data) = &self.shard_options.data_cache {
+            data.forget(key);
+        }
+    }
+
+    /// Whether `dir` is known as an array (of any kind), however long ago.
+    pub fn known_array(&self, dir: &str) -> bool {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .peek(dir)
+            .is_some_and(|c| matches!(c.info, NodeInfo::Array | NodeInfo::Sharded(_)))
     }
 }
 

@@ -79,8 +79,8 @@ pub enum NodeInfo {
 }
 
 #[derive(Debug)]
-struct Cached {
-    info: NodeInfo,
+pub(super) struct Cached {
+    pub(super) info: NodeInfo,
     /// The metadata document the kind was read from (or the first one looked for).
     key: String,
     version: Option<Version>,
@@ -92,17 +92,17 @@ struct Cached {
 #[derive(Debug)]
 pub struct NodeCache {
     store: Arc<dyn Store>,
-    index_cache: Arc<IndexCache>,
-    shard_options: ShardOptions,
+    pub(super) index_cache: Arc<IndexCache>,
+    pub(super) shard_options: ShardOptions,
     ttl: Duration,
-    entries: Mutex<LruCache<String, Cached>>,
+    pub(super) entries: Mutex<LruCache<String, Cached>>,
     /// Directories whose arrays are shown as stored whatever they hold (created through the
     /// mount with sharding).
     as_stored: Mutex<HashSet<String>>,
     /// Fetches in flight, by directory.
     flights: Flights,
     /// Bumped whenever entries are dropped: an answer read across it is not cached.
-    generation: AtomicU64,
+    pub(super) generation: AtomicU64,
     stats: Arc<PrefetchStats>,
 }
 
@@ -211,31 +211,6 @@ impl NodeCache {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         self.generation.fetch_add(1, Ordering::SeqCst);
         entries.pop(dir);
-    }
-
-    /// Forget every directory's kind and every shard index (the source changed in ways not
-    /// known). Shard bytes are kept: they are tied to the version they were read from.
-    pub fn forget_all(&self) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        self.generation.fetch_add(1, Ordering::SeqCst);
-        entries.clear();
-        self.index_cache.clear();
-    }
-
-    /// Forget the indexes and bytes kept of stored object `key` (a shard someone replaced).
-    pub fn forget_stored(&self, key: &str) {
-        self.index_cache.invalidate_shard(key);
-        if let Some(data) = &self.shard_options.data_cache {
-            data.forget(key);
-        }
-    }
-
-    /// Whether `dir` is known as an array (of any kind), however long ago.
-    pub fn known_array(&self, dir: &str) -> bool {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .peek(dir)
-            .is_some_and(|c| matches!(c.info, NodeInfo::Array | NodeInfo::Sharded(_)))
     }
 
     /// The kind of the directory `dir` (of a final hierarchy, or the root of any).

@@ -13,7 +13,8 @@
 //! when events were lost (the queue overflowed), so that the mount forgets everything then.
 //!
 //! A change is a key: the file or directory created, written (closed after writing),
-//! modified, removed or renamed, relative to the root. Events are gathered for
+//! modified, removed or renamed, relative to the root. The temporary files of replacements
+//! (`TEMP_MARKER`, hidden from listings) are not: the rename into place is. Events are gathered for
 //! [`GATHER`] after the first one, so a writer's temporary file, its writes and its rename are
 //! one batch.
 
@@ -225,6 +226,9 @@ impl SourceWatch {
                 }
                 continue;
             };
+            if name.starts_with(super::TEMP_MARKER) {
+                continue; // a replacement in progress, hidden from listings: its rename counts
+            }
             let key = join(&dir, name);
             if event.mask.contains(AddWatchFlags::IN_ISDIR) {
                 if event.mask.contains(AddWatchFlags::IN_MOVED_FROM) {
@@ -292,6 +296,12 @@ mod tests {
 
         std::fs::remove_file(root.path().join("a/c/0/1")).unwrap();
         assert_eq!(next(&mut watch).keys, keys(&["a/c/0/1"]));
+
+        // A replacement by the mount: its temporary file is no change, its rename is.
+        let temp = root.path().join(format!("a/c/0/{}3.1.1", super::super::TEMP_MARKER));
+        std::fs::write(&temp, b"z").unwrap();
+        std::fs::rename(&temp, root.path().join("a/c/0/3")).unwrap();
+        assert_eq!(next(&mut watch).keys, keys(&["a/c/0/3"]));
 
         // A directory moved away is no longer watched under its old name; under its new one
         // it is.
