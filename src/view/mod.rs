@@ -35,6 +35,7 @@ use crate::shard::{DataCache, IndexCache, ShardOptions, ShardStats};
 use crate::store::key::dir_prefix;
 use crate::store::{ByteRange, GetOptions, Store};
 pub use copy_units::{CopyListing, ShardUnit};
+pub use listing::{listing_order, Listing, Pages};
 pub use locate::Located;
 use locate::{At, Place};
 use nodes::{GroupNode, NodeCache, ShardedNode};
