@@ -21,6 +21,11 @@ use super::*;
 use crate::view::{listing_order, Listing};
 pub use listing::DirListing;
 
+/// Entries an answer to READDIR holds at least, unless the listing ends sooner: more than a
+/// reply to a common `getdents` buffer (32 KiB: about a thousand short names) holds, so that
+/// the answers to a small directory reach its end as the kernel's buffer allows.
+const ANSWER_ENTRIES: usize = 4096;
+
 impl Fs {
     /// Open a directory: its listing is taken now and read from the handle.
     pub async fn opendir(&self, ino: u64) -> FsResult<u64> {
@@ -193,8 +198,10 @@ impl Fs {
 
     /// Entries from `offset` on, made one by one as they are taken: a reply takes as many as
     /// fit in the kernel's buffer, so a directory read in many calls costs each entry once,
-    /// not once per call. An answer ends at the end of a page of the listing at the latest
-    /// (the kernel asks on from there).
+    /// not once per call. An answer holds the pages of the listing taken so far from `offset`
+    /// on, and at least [`ANSWER_ENTRIES`] entries unless the listing ends sooner: it may end
+    /// before the kernel's buffer is full (the kernel asks on from there), but then only in a
+    /// directory far larger than one answer.
     pub async fn dir_items(&self, ino: u64, fh: u64, offset: u64) -> FsResult<DirItems> {
         Ok(self.dir_items_of(ino, fh, offset).await?.0)
     }
@@ -210,11 +217,10 @@ impl Fs {
                 kept.served_from_start(&handle.path, fingerprint(&entries));
             }
         }
-        let (page, page_start) = listing.page_of(next.saturating_sub(2)).await?.unwrap_or_default();
+        let pages = listing.pages_from(next.saturating_sub(2), ANSWER_ENTRIES).await?;
         let items = DirItems {
             path: handle.path.clone(),
-            page,
-            page_start,
+            pages: pages.into(),
             dots: [ino, parent_ino],
             next,
             end: usize::MAX,
@@ -235,12 +241,13 @@ impl Fs {
         } else {
             items.end = match self.walkers.listing_starts(ino) {
                 true => {
-                    // Whether this answer may reach the last entry: the page after its own
-                    // is taken (if any) to know whether its page is the last.
-                    listing.page_of(items.page_start + items.page.len()).await?;
+                    // Whether this answer may reach the last entry: the page after its last
+                    // is taken (if any) to know whether that one is the listing's last.
+                    let after = items.pages.back().map_or(0, |(page, start)| start + page.len());
+                    listing.page_of(after).await?;
                     match listing.summary() {
                         Some((len, last_is_file)) => 2 + len - usize::from(last_is_file),
-                        None => usize::MAX, // it ends at its page's end, before the last
+                        None => usize::MAX, // it ends with its pages, before the last entry
                     }
                 }
                 false => {
@@ -277,9 +284,9 @@ impl Fs {
 #[derive(Debug)]
 pub struct DirItems {
     path: Arc<str>,
-    /// The page of the listing this answer is taken from, and the index of its first entry.
-    page: listing::Page,
-    page_start: usize,
+    /// The pages of the listing this answer is taken from, each with the index of its first
+    /// entry; those passed are dropped.
+    pages: std::collections::VecDeque<(listing::Page, usize)>,
     /// The inodes of `.` and `..`.
     dots: [u64; 2],
     /// Position of the next entry: 0 and 1 are `.` and `..`, then the listing.
@@ -307,7 +314,13 @@ impl Iterator for DirItems {
                 ino: Some(self.dots[i]),
             },
             _ => {
-                let (name, node) = self.page.get((i - 2).checked_sub(self.page_start)?)?;
+                let (name, node) = loop {
+                    let (page, start) = self.pages.front()?;
+                    match page.get((i - 2).checked_sub(*start)?) {
+                        Some(entry) => break entry,
+                        None => drop(self.pages.pop_front()),
+                    }
+                };
                 DirItem {
                     name: name.as_str().into(),
                     dir: self.path.clone(),

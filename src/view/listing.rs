@@ -282,3 +282,46 @@ impl View {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::listing_order;
+
+    #[test]
+    fn numbers_first_by_value_then_the_rest_by_bytes() {
+        let mut names = [
+            "b",
+            "10",
+            "9",
+            "0",
+            "01",
+            "a",
+            "100",
+            "",
+            "1.0",
+            "99999999999999999999999",
+            "2",
+        ];
+        names.sort_by(|a, b| listing_order(a, b));
+        let want = [
+            "0",
+            "2",
+            "9",
+            "10",
+            "100",
+            "99999999999999999999999",
+            "",
+            "01",
+            "1.0",
+            "a",
+            "b",
+        ];
+        assert_eq!(names, want);
+        for a in want {
+            for b in want {
+                assert_eq!(listing_order(a, b) == std::cmp::Ordering::Equal, a == b, "{a:?} {b:?}");
+                assert_eq!(listing_order(a, b), listing_order(b, a).reverse(), "{a:?} {b:?}");
+            }
+        }
+    }
+}

@@ -125,6 +125,28 @@ impl DirListing {
         }
     }
 
+    /// The pages holding entries `i`, `i + 1`, … as far as taken, and further until they hold
+    /// at least `at_least` entries from `i` on (or the listing ends); each with the index of
+    /// its first entry.
+    pub async fn pages_from(&self, i: usize, at_least: usize) -> Result<Vec<(Page, usize)>, ViewError> {
+        let mut out = Vec::new();
+        let mut at = i;
+        while let Some((page, start)) = self.page_of(at).await? {
+            at = start + page.len();
+            out.push((page, start));
+            if at - i >= at_least {
+                break;
+            }
+        }
+        // And those taken already after them, at no cost.
+        let taken = self.taken();
+        while let Some(found) = taken.page_of(at) {
+            at = found.1 + found.0.len();
+            out.push(found);
+        }
+        Ok(out)
+    }
+
     /// The number of entries up to `name` (in listing order, `name` included), taking pages
     /// until one comes after it; `None`: every entry.
     pub async fn count_up_to(&self, name: Option<&str>) -> Result<usize, ViewError> {
