@@ -7,9 +7,9 @@
 //! first shard's: the shards of the directory cover consecutive runs of the last coordinate,
 //! and each one's chunks come from its index in that order. So the directory is listed shard by
 //! shard, at most [`PAGE_CHUNKS`] coordinates a page, each page read from one index. When the
-//! second shard is reached the listing is taken to go on to the end, and the indexes of the
-//! shards after it are fetched in the background, concurrently, as a whole listing fetches
-//! them (`fetch_indexes`).
+//! second shard is reached the listing is taken to go on to the end, and the indexes of that
+//! shard and those after it are fetched in the background, concurrently, as a whole listing
+//! fetches them (`fetch_indexes`).
 //!
 //! Only directories whose entries are named by their coordinate (`0`, `1`, …; not the draft
 //! encoding's first level, `c0`) are paged: the order of coordinates is then the order of
@@ -157,14 +157,15 @@ impl ShardedArray {
 
 impl LeafPages {
     /// The next page, in the order of coordinates; `None` at the end. Reaching the second
-    /// shard fetches the indexes of the rest in the background.
+    /// shard fetches the indexes of it and the rest in the background, concurrently; the
+    /// page's own look at its index joins that fetch (loads are single-flight).
     pub async fn next_page(&mut self) -> Result<Option<Vec<DirEntry>>, ShardError> {
         if self.cursor.next.0 >= 1 && !self.fetched_ahead {
             self.fetched_ahead = true;
-            let rest: Vec<Vec<u64>> = self.array.shards_left(&self.cursor).iter().skip(1).cloned().collect();
-            if !rest.is_empty() {
+            let rest = self.array.shards_left(&self.cursor).to_vec();
+            if let (true, Ok(runtime)) = (rest.len() > 1, tokio::runtime::Handle::try_current()) {
                 let array = self.array.clone();
-                tokio::spawn(async move { array.fetch_indexes(&rest).await });
+                runtime.spawn(async move { array.fetch_indexes(&rest).await });
             }
         }
         self.array.leaf_page(&mut self.cursor).await
