@@ -223,8 +223,8 @@ impl WriteState {
     }
 }
 
-/// A directory's entries, sorted by name.
-pub type Entries = Arc<Vec<(String, Node)>>;
+/// A directory's listing, as far as it was taken (see `fs/readdir/listing.rs`).
+pub type Entries = Arc<super::readdir::DirListing>;
 
 /// An open directory: its path and the listing it pages through, with the mount's change
 /// generation the listing was taken at (see `Fs::dir_items`).
@@ -236,10 +236,10 @@ pub struct DirHandle {
 }
 
 impl DirHandle {
-    pub fn new(path: Arc<str>, generation: u64, entries: Vec<(String, Node)>) -> Self {
+    pub fn new(path: Arc<str>, generation: u64, listing: super::readdir::DirListing) -> Self {
         DirHandle {
             path,
-            listing: std::sync::Mutex::new((Some(generation), Arc::new(entries))),
+            listing: std::sync::Mutex::new((Some(generation), Arc::new(listing))),
         }
     }
 
@@ -257,8 +257,8 @@ impl DirHandle {
         (l.0, l.1.clone())
     }
 
-    pub fn replace(&self, generation: u64, entries: Entries) {
-        *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = (Some(generation), entries);
+    pub fn replace(&self, generation: u64, listing: Entries) {
+        *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = (Some(generation), listing);
     }
 }
 

@@ -100,7 +100,7 @@ impl KernelListings {
                 fingerprint: Some(fingerprint),
                 at: now,
                 generation,
-                bare: true,
+                bare: false,
             },
         );
         false
@@ -112,6 +112,38 @@ impl KernelListings {
     /// changed nothing since the listing was last taken. With a finite TTL the listing is taken
     /// at every `opendir`: the view may have learnt of a change since (a shard index reloaded
     /// by a read), which must show at the next listing.
+    /// Whether listings are kept for good (an indefinite TTL): the view then changes only with
+    /// the mount's change generation, so a listing too large to take whole at `opendir` can be
+    /// kept by the generation it was taken at ([`open_paged`](Self::open_paged)).
+    pub fn indefinite(&self) -> bool {
+        self.ttl >= super::INDEFINITE_TTL
+    }
+
+    /// `dir` is opened with a listing taken a page at a time (its fingerprint is not known) at
+    /// `generation`: the kernel drops what it holds, and may keep this listing while the
+    /// generation holds ([`still_kept`](Self::still_kept)).
+    pub fn open_paged(&self, dir: &str, generation: u64) -> bool {
+        self.given().put(
+            dir.to_string(),
+            Given {
+                fingerprint: Some(paged_mark(generation)),
+                at: Instant::now(),
+                generation,
+                bare: false,
+            },
+        );
+        false
+    }
+
+    /// A listing of `dir` taken a page at a time at `generation` is served from its start.
+    pub fn served_paged_from_start(&self, dir: &str, generation: u64) {
+        if let Some(g) = self.given().get_mut(dir) {
+            if g.fingerprint != Some(paged_mark(generation)) {
+                g.fingerprint = None;
+            }
+        }
+    }
+
     /// Not for a walker that `stats` if it was handed without attributes (as [`open`](Self::open)).
     pub fn still_kept(&self, dir: &str, generation: u64, stats: bool) -> bool {
         if self.ttl < super::INDEFINITE_TTL {
@@ -125,23 +157,34 @@ impl KernelListings {
 
     /// A listing of `dir` of `fingerprint` is served from its start: if it is not the one the
     /// kernel was last given, the kernel may be keeping it instead.
-    /// It goes without attributes unless [`handed_attributes`](Self::handed_attributes) says so.
     pub fn served_from_start(&self, dir: &str, fingerprint: u64) {
         let mut given = self.given();
         if let Some(g) = given.get_mut(dir) {
             if g.fingerprint != Some(fingerprint) {
                 g.fingerprint = None;
             }
-            g.bare = true;
         }
     }
 
-    /// The listing of `dir` served from its start went with its entries' attributes.
+    /// The listing of `dir` served from its start went with its entries' attributes (or the
+    /// kernel has them: a file of it was looked up).
     pub fn handed_attributes(&self, dir: &str) {
         if let Some(g) = self.given().get_mut(dir) {
             g.bare = false;
         }
     }
+
+    /// The listing of `dir` served from its start went with names only (`walkers.rs`).
+    pub fn handed_names_only(&self, dir: &str) {
+        if let Some(g) = self.given().get_mut(dir) {
+            g.bare = true;
+        }
+    }
+}
+
+/// What stands for the fingerprint of a listing taken a page at a time at `generation`.
+fn paged_mark(generation: u64) -> u64 {
+    0x9e37_79b9_7f4a_7c15 ^ generation.rotate_left(17)
 }
 
 /// What a kept listing shows of entries: their names and kinds, in order.
@@ -230,7 +273,8 @@ mod tests {
         ] {
             let a = fingerprint(&listing(&["0"]));
             assert!(!k.open("c", a, 0, false));
-            k.served_from_start("c", a); // names only
+            k.served_from_start("c", a);
+            k.handed_names_only("c");
             assert!(k.open("c", a, 0, false), "kept for a walker that wants names");
             assert!(!k.open("c", a, 0, true), "not for one that stats");
             k.served_from_start("c", a);
@@ -238,6 +282,23 @@ mod tests {
             assert!(k.open("c", a, 0, true), "handed with attributes: kept for both");
             assert!(k.open("c", a, 0, false));
         }
+    }
+
+    #[test]
+    fn a_listing_taken_a_page_at_a_time_is_kept_while_the_generation_holds() {
+        let k = KernelListings::new(crate::fs::INDEFINITE_TTL);
+        assert!(k.indefinite());
+        assert!(!k.open_paged("c", 7), "what the kernel holds is not known: dropped");
+        k.served_paged_from_start("c", 7);
+        k.handed_names_only("c");
+        assert!(!k.still_kept("c", 7, true), "names only, for a walker that stats");
+        k.handed_attributes("c");
+        assert!(k.still_kept("c", 7, true));
+        assert!(!k.still_kept("c", 8, false), "the mount changed something");
+        assert!(!k.open_paged("c", 8));
+        k.served_paged_from_start("c", 7); // an older handle served its listing
+        assert!(!k.still_kept("c", 8, false), "the kernel may hold the older one");
+        assert!(!KernelListings::new(Duration::from_secs(60)).indefinite());
     }
 
     #[test]

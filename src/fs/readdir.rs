@@ -8,9 +8,25 @@
 //! which the kernel then trusts for the entry's TTL (the model test of concurrent writers and
 //! listings found both: writes failing with ENOENT, files read as empty). Paging goes on after
 //! the last name returned, so no name is returned twice or skipped.
+//!
+//! A large last-level chunk directory is taken a page at a time as it is read ([`listing`]),
+//! unless the kernel keeps listings for a finite TTL (which takes a listing's fingerprint at
+//! `opendir`; with an indefinite one, a watched source's, such a listing is kept by the change
+//! generation it was taken at) or the mount holds entries of its own there (merged into a
+//! whole listing). Listings are in the
+//! view's order ([`listing_order`]), which offsets and the merge follow.
+
+mod listing;
 
 use super::kernel_listings::fingerprint;
 use super::*;
+use crate::view::{listing_order, Listing};
+pub use listing::DirListing;
+
+/// Entries an answer to READDIR holds at least, unless the listing ends sooner: more than a
+/// reply to a common `getdents` buffer (32 KiB: about a thousand short names) holds, so that
+/// the answers to a small directory reach its end as the kernel's buffer allows.
+const ANSWER_ENTRIES: usize = 4096;
 
 impl Fs {
     /// Open a directory: its listing is taken now and read from the handle.
@@ -40,26 +56,44 @@ impl Fs {
                 keep_cache: true,
             });
         }
-        let unstored = self.unstored_below(&path);
-        let mut entries = self.view.list(&path).await?;
+        let listing = self.take_listing(&path).await?;
         // Only a directory has entries; an empty listing may also be a file, or nothing now.
-        if entries.is_empty() && unstored.is_empty() && !self.node(&self.view.locate(&path).await?).await?.is_dir() {
+        if listing.complete()
+            && listing.page_of(0).await?.is_none()
+            && !self.node(&self.view.locate(&path).await?).await?.is_dir()
+        {
             return Err(FsError::NotADirectory);
         }
-        self.add_unstored(unstored, &mut entries).await;
-        let (cache, keep_cache) = match &self.kernel_listings {
-            Some(kept) => (true, kept.open(&path, fingerprint(&entries), generation, stats)),
-            None => (false, false),
+        let (cache, keep_cache) = match (&self.kernel_listings, listing.whole_entries()) {
+            (Some(kept), Some(entries)) => (true, kept.open(&path, fingerprint(&entries), generation, stats)),
+            (Some(kept), None) => (true, kept.open_paged(&path, generation)),
+            (None, _) => (false, false),
         };
         if keep_cache {
             self.walkers.listed(ino);
             self.ops.count(&self.ops.listings_kept);
         }
         Ok(OpenedDir {
-            fh: self.dirs.insert(DirHandle::new(path, generation, entries)),
+            fh: self.dirs.insert(DirHandle::new(path, generation, listing)),
             cache,
             keep_cache,
         })
+    }
+
+    /// The listing of directory `path` as of now, with what only the overlay knows: a page at
+    /// a time when the view gives it so, the mount holds nothing of its own there and the
+    /// kernel does not keep listings; whole otherwise.
+    async fn take_listing(&self, path: &str) -> FsResult<DirListing> {
+        let unstored = self.unstored_below(path);
+        if unstored.is_empty() && self.kernel_listings.as_ref().is_none_or(|k| k.indefinite()) {
+            return Ok(match self.view.list_paged(path).await? {
+                Listing::Whole(entries) => DirListing::whole(entries),
+                Listing::Paged(pages) => DirListing::paged(pages).await?,
+            });
+        }
+        let mut entries = self.view.list(path).await?;
+        self.add_unstored(unstored, &mut entries).await;
+        Ok(DirListing::whole(entries))
     }
 
     /// The listing of an open directory as of now: the handle's snapshot, or a new one when
@@ -68,30 +102,27 @@ impl Fs {
     /// A handle opened without a listing (the kernel was to list from what it kept) takes one
     /// now; its offsets are those of the listing the kernel kept, which this one is unless the
     /// directory changed since.
-    async fn current_listing(&self, handle: &DirHandle, offset: u64) -> FsResult<(Arc<Vec<(String, Node)>>, usize)> {
+    async fn current_listing(&self, handle: &DirHandle, offset: u64) -> FsResult<(Arc<DirListing>, usize)> {
         let offset = usize::try_from(offset).unwrap_or(usize::MAX);
-        let (taken, entries) = handle.listing();
+        let (taken, listing) = handle.listing();
         let generation = self.generation();
         if taken == Some(generation) {
-            return Ok((entries, offset));
+            return Ok((listing, offset));
         }
-        let unstored = self.unstored_below(&handle.path);
-        let mut fresh = match self.view.list(&handle.path).await {
-            Ok(fresh) => fresh,
-            Err(e) if taken.is_none() => return Err(e.into()),
-            Err(_) => return Ok((entries, offset)),
+        let fresh = match self.take_listing(&handle.path).await {
+            Ok(fresh) => Arc::new(fresh),
+            Err(e) if taken.is_none() => return Err(e),
+            Err(_) => return Ok((listing, offset)),
         };
-        self.add_unstored(unstored, &mut fresh).await;
-        let fresh = Arc::new(fresh);
         // Offsets 0..=2 are the start, after `.`, after `..`; entry i was returned with i + 3.
-        let next = match offset
-            .checked_sub(3)
-            .map(|i| entries.get(i))
-            .filter(|_| taken.is_some())
-        {
+        let next = match offset.checked_sub(3).filter(|_| taken.is_some()) {
             None => offset,
-            Some(None) => 2 + fresh.len(),
-            Some(Some((last, _))) => 2 + fresh.partition_point(|(name, _)| name <= last),
+            Some(i) => match listing.name_at(i) {
+                Some(last) => 2 + fresh.count_up_to(Some(&last)).await?,
+                // Past the end of a listing taken whole; else an offset never returned.
+                None if listing.complete() => 2 + fresh.count_up_to(None).await?,
+                None => offset,
+            },
         };
         handle.replace(generation, fresh.clone());
         Ok((fresh, next))
@@ -152,56 +183,89 @@ impl Fs {
             };
             entries.push((name, node));
         }
-        if added || !entries.is_sorted_by(|a, b| a.0 <= b.0) {
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
+        if added {
+            entries.sort_by(|a, b| listing_order(&a.0, &b.0));
         }
     }
 
     /// Entries from `offset` on: `.` and `..` first, then the listing.
+    /// (Every entry to the end, asked for a page at a time as the kernel does.)
     pub async fn readdir(&self, ino: u64, fh: u64, offset: u64) -> FsResult<Vec<DirItem>> {
-        Ok(self.dir_items(ino, fh, offset).await?.collect())
+        let mut all: Vec<DirItem> = Vec::new();
+        let mut from = offset;
+        loop {
+            let before = all.len();
+            all.extend(self.dir_items(ino, fh, from).await?);
+            match all.get(before..).and_then(|got| got.last()) {
+                Some(last) => from = last.offset,
+                None => return Ok(all),
+            }
+        }
     }
 
     /// Entries from `offset` on, made one by one as they are taken: a reply takes as many as
     /// fit in the kernel's buffer, so a directory read in many calls costs each entry once,
-    /// not once per call.
+    /// not once per call. An answer holds the pages of the listing taken so far from `offset`
+    /// on, and at least [`ANSWER_ENTRIES`] entries unless the listing ends sooner: it may end
+    /// before the kernel's buffer is full (the kernel asks on from there), but then only in a
+    /// directory far larger than one answer.
     pub async fn dir_items(&self, ino: u64, fh: u64, offset: u64) -> FsResult<DirItems> {
+        Ok(self.dir_items_of(ino, fh, offset).await?.0)
+    }
+
+    async fn dir_items_of(&self, ino: u64, fh: u64, offset: u64) -> FsResult<(DirItems, Arc<DirListing>)> {
         self.ops.count(&self.ops.readdirs);
         let handle = self.dirs.get(fh).ok_or(FsError::BadHandle)?;
         let parent_ino = self.inodes.peek(parent_path(&handle.path)).unwrap_or(ROOT_INO);
-        let (entries, next) = self.current_listing(&handle, offset).await?;
+        let (listing, next) = self.current_listing(&handle, offset).await?;
         if let Some(kept) = self.kernel_listings.as_ref().filter(|_| offset == 0) {
-            kept.served_from_start(&handle.path, fingerprint(&entries));
+            // A listing is taken whole when the kernel keeps listings for a finite TTL (see
+            // `take_listing`); a paged one stands for the generation it was taken at.
+            match listing.whole_entries() {
+                Some(entries) => kept.served_from_start(&handle.path, fingerprint(&entries)),
+                None => kept.served_paged_from_start(&handle.path, handle.listing().0.unwrap_or(u64::MAX)),
+            }
         }
-        Ok(DirItems {
+        let pages = listing.pages_from(next.saturating_sub(2), ANSWER_ENTRIES).await?;
+        let items = DirItems {
             path: handle.path.clone(),
-            entries,
+            pages: pages.into(),
             dots: [ino, parent_ino],
             next,
             end: usize::MAX,
-        })
+        };
+        Ok((items, listing))
     }
 
     /// Entries from `offset` on for a READDIRPLUS, which hands each with its attributes. From
     /// the start, what the walker is guessed to do decides how far (see `fs/walkers.rs`): to
     /// the last file, which is left to a plain READDIR, or only to `.` and `..`.
     pub async fn dir_items_plus(&self, ino: u64, fh: u64, offset: u64) -> FsResult<DirItems> {
-        let mut items = self.dir_items(ino, fh, offset).await?;
+        let (mut items, listing) = self.dir_items_of(ino, fh, offset).await?;
         if offset != 0 {
             // The kernel goes on with attributes only when a program used an entry it was
             // handed with them (or looked one up) meanwhile: `ls -l` stats each entry as it
             // reads it, so its LOOKUP of the last one never comes.
             self.walkers.entries_used(ino);
         } else {
-            let last_is_file = items.entries.last().is_some_and(|(_, node)| !node.is_dir());
             items.end = match self.walkers.listing_starts(ino) {
                 true => {
                     if let Some(kept) = &self.kernel_listings {
                         kept.handed_attributes(&items.path);
                     }
-                    2 + items.entries.len() - usize::from(last_is_file)
+                    // Whether this answer may reach the last entry: the page after its last
+                    // is taken (if any) to know whether that one is the listing's last.
+                    let after = items.pages.back().map_or(0, |(page, start)| start + page.len());
+                    listing.page_of(after).await?;
+                    match listing.summary() {
+                        Some((len, last_is_file)) => 2 + len - usize::from(last_is_file),
+                        None => usize::MAX, // it ends with its pages, before the last entry
+                    }
                 }
                 false => {
+                    if let Some(kept) = &self.kernel_listings {
+                        kept.handed_names_only(&items.path);
+                    }
                     self.ops.count(&self.ops.listings_bare);
                     2
                 }
@@ -245,7 +309,9 @@ impl Fs {
 #[derive(Debug)]
 pub struct DirItems {
     path: Arc<str>,
-    entries: Arc<Vec<(String, Node)>>,
+    /// The pages of the listing this answer is taken from, each with the index of its first
+    /// entry; those passed are dropped.
+    pages: std::collections::VecDeque<(listing::Page, usize)>,
     /// The inodes of `.` and `..`.
     dots: [u64; 2],
     /// Position of the next entry: 0 and 1 are `.` and `..`, then the listing.
@@ -273,7 +339,13 @@ impl Iterator for DirItems {
                 ino: Some(self.dots[i]),
             },
             _ => {
-                let (name, node) = self.entries.get(i - 2)?;
+                let (name, node) = loop {
+                    let (page, start) = self.pages.front()?;
+                    match page.get((i - 2).checked_sub(*start)?) {
+                        Some(entry) => break entry,
+                        None => drop(self.pages.pop_front()),
+                    }
+                };
                 DirItem {
                     name: name.as_str().into(),
                     dir: self.path.clone(),

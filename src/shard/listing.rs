@@ -41,7 +41,7 @@ impl ShardedArray {
         prefix.iter().enumerate().map(|(d, &i)| self.shard_of(d, i)).collect()
     }
 
-    fn prefix_in_grid(&self, prefix: &[u64]) -> bool {
+    pub(super) fn prefix_in_grid(&self, prefix: &[u64]) -> bool {
         prefix.len() < self.ndim() && prefix.iter().zip(&self.inner_grid).all(|(i, g)| i < g)
     }
 
@@ -143,10 +143,10 @@ impl ShardedArray {
                 return Ok((0..next).map(|i| DirEntry::dir(name(i))).collect());
             }
         }
-        let shards = self.shards_under(&self.shard_prefix_of(prefix)).await?;
         if leaf {
-            return self.list_leaf_dir(prefix, &shards).await;
+            return self.list_leaf_dir(prefix).await;
         }
+        let shards = self.shards_under(&self.shard_prefix_of(prefix)).await?;
         let mut children = std::collections::BTreeSet::new();
         for shard in shards {
             // Above the last level, each child this shard covers is settled by the first chunk
@@ -182,40 +182,29 @@ impl ShardedArray {
             .collect())
     }
 
-    /// The chunk files of the last level of the chunk tree, in the order of their names.
-    async fn list_leaf_dir(&self, prefix: &[u64], shards: &[Vec<u64>]) -> Result<Vec<DirEntry>, ShardError> {
-        let dim = prefix.len();
+    /// The chunk files of the last level of the chunk tree: in the order of their
+    /// coordinates when they are named by them (which is the order of their names as decimal
+    /// numbers), else in the order of their names. Every shard's index is needed: they are
+    /// fetched concurrently first (see `leaf_pages` for a listing a page at a time).
+    async fn list_leaf_dir(&self, prefix: &[u64]) -> Result<Vec<DirEntry>, ShardError> {
         self.note_leaf_listing();
-        // Every shard's index is needed (above the last level, the first shard holding a chunk
-        // of each child settles it, and the read-ahead serves the rest).
-        self.fetch_indexes(shards).await;
+        let mut cursor = self.leaf_cursor(prefix).await?;
+        self.fetch_indexes(self.shards_left(&cursor)).await;
         let mut files = Vec::new();
-        for shard in shards {
-            let present = self
-                .present_in_shard(shard, self.slice_of_shard(shard, prefix), false)
-                .await?;
-            files.extend(present.into_iter().map(|(coords, size)| (coords[dim], size)));
+        while let Some(page) = self.leaf_page(&mut cursor).await? {
+            files.extend(page);
         }
-        // Each shard's chunks come in order of coordinate; names sort otherwise ("10" < "9").
-        // Sorted as one number each (the name's key above the file's place), which takes a
-        // listing of a million a few milliseconds.
-        let mut order: Vec<u128> = (files.iter().enumerate())
-            .map(|(at, (c, _))| ChunkKeyEncoding::level_name_key(*c) << 56 | at as u128)
-            .collect();
-        order.sort_unstable();
-        order.dedup_by_key(|k| *k >> 56);
-        Ok(order
-            .into_iter()
-            .filter_map(|k| files.get((k & ((1 << 56) - 1)) as usize))
-            .map(|&(i, (nbytes, mtime_ns))| file(self.encoding.level_name(dim, i), nbytes, mtime_ns))
-            .collect())
+        if !self.leaf_named_by_number(prefix) {
+            files.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        }
+        Ok(files)
     }
 
     /// Which of `chunks` (inner chunks of the stored shard at `shard`) are present, with their
     /// sizes and the shard's modification time (only the first found, if `first`). With one
     /// level of sharding that is one look at the shard's (cached) index for all of them; nested
     /// shards are located chunk by chunk.
-    async fn present_in_shard(
+    pub(super) async fn present_in_shard(
         &self,
         shard: &[u64],
         chunks: impl Iterator<Item = Vec<u64>>,

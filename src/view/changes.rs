@@ -17,6 +17,10 @@ use super::View;
 /// The documents whose change changes what their directory is.
 const METADATA_NAMES: [&str; 5] = ["zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"];
 
+/// Keys in one batch beyond which everything is forgotten instead (each key's indexes are
+/// looked for through the whole index cache).
+const MANY_KEYS: usize = 4096;
+
 /// The paths of the view that changed with a batch of keys.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ChangedPaths {
@@ -30,7 +34,8 @@ impl View {
     /// Forget what is kept of the changed `keys` (with `everything`, of all of them), and say
     /// which paths changed.
     pub fn source_changed(&self, keys: &BTreeSet<String>, everything: bool) -> ChangedPaths {
-        if everything || keys.iter().any(|k| is_draft_metadata(k)) {
+        // Many keys at once (a copy into the source): forgetting all is cheaper than each.
+        if everything || keys.len() > MANY_KEYS || keys.iter().any(|k| is_draft_metadata(k)) {
             self.forget_everything();
             return ChangedPaths {
                 paths: Vec::new(),

@@ -2,12 +2,19 @@
 //! its chunk tree, whatever else is stored there), its chunk directories (from shard listings
 //! and indexes, never a listing of every chunk key), and every other directory as stored, with
 //! a group's rewritten `zarr.json` in place of the stored one.
+//!
+//! Every listing is in [`listing_order`]: names that are decimal numbers first, by value, then
+//! the rest by their bytes. That is the order in which a last-level chunk directory comes out
+//! of its shards' indexes, one shard after another, so such a directory can be listed a page
+//! at a time ([`View::list_paged`]), its first page read from the first shard's index alone,
+//! where the order of names ("10" before "9") would need every index before the first name.
 
+use std::cmp::Ordering;
 use std::sync::Arc;
 
 use super::nodes::ShardedNode;
 use super::{relative, Node, Place, Source, View, ViewError, METADATA};
-use crate::shard::ShardedArray;
+use crate::shard::{LeafPages, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::{DirEntry, EntryKind};
 use crate::zarr::key_encoding::ChunkPath;
@@ -27,9 +34,130 @@ fn stored_node(prefix: &str, entry: &DirEntry) -> Node {
     }
 }
 
+/// Whether `name` is a decimal number as a chunk coordinate is written: digits, with no
+/// leading zero.
+fn is_number(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty() && b.iter().all(u8::is_ascii_digit) && (b.len() == 1 || b[0] != b'0')
+}
+
+/// The order of the view's listings: names that are decimal numbers (no leading zero) first,
+/// by value, then the rest by their bytes (see the module's documentation). A total order:
+/// such a number has one name.
+pub fn listing_order(a: &str, b: &str) -> Ordering {
+    match (is_number(a), is_number(b)) {
+        // Numbers with no leading zero: the longer is the larger, else the digits decide.
+        (true, true) => a.len().cmp(&b.len()).then_with(|| a.cmp(b)),
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        (false, false) => a.cmp(b),
+    }
+}
+
+/// A directory's listing, in [`listing_order`]: whole, or a page at a time.
+#[derive(Debug)]
+pub enum Listing {
+    Whole(Vec<(String, Node)>),
+    Paged(Pages),
+}
+
+/// A last-level chunk directory listed a page at a time, each page from one shard's index.
+#[derive(Debug)]
+pub struct Pages {
+    array: Arc<ShardedArray>,
+    prefix: Vec<u64>,
+    pages: LeafPages,
+}
+
+impl Pages {
+    /// The next page (never empty), or `None` at the end.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<(String, Node)>>, ViewError> {
+        let page = self.pages.next_page().await?;
+        Ok(page.map(|entries| self.nodes(entries)))
+    }
+
+    /// Whether every page was taken (the listing may still end sooner).
+    pub fn done(&self) -> bool {
+        self.pages.done()
+    }
+
+    /// Every page left.
+    pub async fn rest(self) -> Result<Vec<(String, Node)>, ViewError> {
+        let (array, prefix) = (self.array, self.prefix);
+        let entries = self.pages.rest().await?;
+        Ok(leaf_nodes(&array, &prefix, entries))
+    }
+
+    fn nodes(&self, entries: Vec<DirEntry>) -> Vec<(String, Node)> {
+        leaf_nodes(&self.array, &self.prefix, entries)
+    }
+}
+
+/// The nodes of the chunk files of a last-level directory, named by their last coordinate.
+fn leaf_nodes(array: &Arc<ShardedArray>, prefix: &[u64], entries: Vec<DirEntry>) -> Vec<(String, Node)> {
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        // Every entry of a page is a file named by its coordinate.
+        let (EntryKind::File { size }, Some(last)) = (&e.kind, e.name.parse::<u64>().ok()) else {
+            continue;
+        };
+        let mut coords = super::types::Coords::from_slice(prefix);
+        coords.push(last);
+        let node = View::chunk_file(array, *size, e.mtime_ns, coords);
+        out.push((e.name, node));
+    }
+    out
+}
+
 impl View {
-    /// The entries of directory `dir`, with their nodes (no request per entry).
+    /// The entries of directory `dir`, with their nodes (no request per entry), in
+    /// [`listing_order`].
     pub async fn list(&self, dir: &str) -> Result<Vec<(String, Node)>, ViewError> {
+        match self.list_paged(dir).await? {
+            Listing::Whole(entries) => Ok(entries),
+            Listing::Paged(pages) => pages.rest().await,
+        }
+    }
+
+    /// The entries of directory `dir` as [`list`](Self::list) gives them, a page at a time for
+    /// a last-level chunk directory named by coordinates (no index is read yet), whole for
+    /// any other.
+    pub async fn list_paged(&self, dir: &str) -> Result<Listing, ViewError> {
+        if let Some(pages) = self.leaf_pages(dir).await? {
+            return Ok(Listing::Paged(pages));
+        }
+        let mut entries = self.list_any(dir).await?;
+        if !entries.is_sorted_by(|a, b| listing_order(&a.0, &b.0).is_le()) {
+            entries.sort_by(|a, b| listing_order(&a.0, &b.0));
+        }
+        Ok(Listing::Whole(entries))
+    }
+
+    /// The pages of `dir`, if it is a last-level chunk directory named by coordinates.
+    async fn leaf_pages(&self, dir: &str) -> Result<Option<Pages>, ViewError> {
+        if self.mode == super::ViewMode::V2 {
+            return Ok(None);
+        }
+        let Place::Sharded(node) = self.place(dir).await? else {
+            return Ok(None);
+        };
+        let array = &node.array;
+        if node.dir == dir {
+            return Ok(None);
+        }
+        let ChunkPath::Dir(prefix) = array.encoding().classify(relative(&node.dir, dir), array.ndim()) else {
+            return Ok(None);
+        };
+        let pages = array.leaf_pages(&prefix).await?;
+        Ok(pages.map(|pages| Pages {
+            array: array.clone(),
+            prefix,
+            pages,
+        }))
+    }
+
+    /// The entries of directory `dir`, in no particular order.
+    async fn list_any(&self, dir: &str) -> Result<Vec<(String, Node)>, ViewError> {
         if self.mode == super::ViewMode::V2 {
             return self.v2_list(dir).await;
         }
@@ -151,6 +279,49 @@ impl View {
                 coords,
                 at: None,
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listing_order;
+
+    #[test]
+    fn numbers_first_by_value_then_the_rest_by_bytes() {
+        let mut names = [
+            "b",
+            "10",
+            "9",
+            "0",
+            "01",
+            "a",
+            "100",
+            "",
+            "1.0",
+            "99999999999999999999999",
+            "2",
+        ];
+        names.sort_by(|a, b| listing_order(a, b));
+        let want = [
+            "0",
+            "2",
+            "9",
+            "10",
+            "100",
+            "99999999999999999999999",
+            "",
+            "01",
+            "1.0",
+            "a",
+            "b",
+        ];
+        assert_eq!(names, want);
+        for a in want {
+            for b in want {
+                assert_eq!(listing_order(a, b) == std::cmp::Ordering::Equal, a == b, "{a:?} {b:?}");
+                assert_eq!(listing_order(a, b), listing_order(b, a).reverse(), "{a:?} {b:?}");
+            }
         }
     }
 }

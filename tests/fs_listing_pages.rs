@@ -1,0 +1,120 @@
+//! The filesystem layer listing a large last-level chunk directory a page at a time: its first
+//! answer needs the first shard's index only, its entries come in the order of coordinates,
+//! and offsets stay stable however the listing is read: continued, resumed at an offset it
+//! gave, or continued after names were removed and made meanwhile (none twice, none skipped).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use common::*;
+use zarrfs::fs::{DirItem, Fs};
+use zarrfs::store::counting::CountingStore;
+use zarrfs::store::memory::MemoryStore;
+
+/// Shards along the one dimension, and chunks per shard: a directory of 32,768 chunk files,
+/// each shard more than one answer holds.
+const SHARDS: u64 = 4;
+const PER_SHARD: u64 = 8192;
+const N: u64 = SHARDS * PER_SHARD;
+
+fn setup() -> (Arc<MemoryStore>, Arc<CountingStore>, Fs) {
+    let spec = ArraySpec::new(&[N], &[PER_SHARD], &[1]);
+    let built = spec.build("", &spec.full_chunks(5, 1, 1));
+    let mem = memory_store(&built.files);
+    let counts = Arc::new(CountingStore::new(mem.clone()));
+    let fs = writable_fs(counts.clone());
+    (mem, counts, fs)
+}
+
+fn names(items: &[DirItem]) -> Vec<String> {
+    items.iter().map(|i| i.name.to_string()).collect()
+}
+
+/// Every entry from `offset` on, read as the kernel does: an answer at a time, `take` entries
+/// of each (what its buffer held), going on from the offset of the last one taken.
+async fn read_on(fs: &Fs, ino: u64, fh: u64, mut offset: u64, take: usize) -> Vec<DirItem> {
+    let mut out = Vec::new();
+    loop {
+        let got: Vec<DirItem> = fs.dir_items(ino, fh, offset).await.unwrap().take(take).collect();
+        let Some(last) = got.last() else {
+            return out;
+        };
+        offset = last.offset;
+        out.extend(got);
+    }
+}
+
+#[tokio::test]
+async fn the_first_answer_reads_one_shard_index_and_entries_come_by_coordinate() {
+    let (_, counts, fs) = setup();
+    let dir = fs_resolve(&fs, "c").await.unwrap();
+    let before = counts.counts().get;
+    let fh = fs.opendir(dir.ino).await.unwrap();
+    let first: Vec<DirItem> = fs.dir_items(dir.ino, fh, 0).await.unwrap().take(100).collect();
+    let gets = counts.counts().get - before;
+    assert!(
+        gets <= 1,
+        "{gets} requests before the first answer: one shard index at most"
+    );
+    assert_eq!(names(&first[..5]), [".", "..", "0", "1", "2"]);
+    // The rest, read on from there: every name once, in the order of coordinates.
+    let rest = read_on(&fs, dir.ino, fh, first.last().unwrap().offset, 1000).await;
+    let all: Vec<String> = names(&first[2..]).into_iter().chain(names(&rest)).collect();
+    let want: Vec<String> = (0..N).map(|c| c.to_string()).collect();
+    assert_eq!(all, want);
+    let gets = counts.counts().get - before;
+    assert!(gets <= SHARDS, "{gets} requests: each shard's index once at most");
+    fs.releasedir(fh);
+}
+
+#[tokio::test]
+async fn offsets_resume_the_same_listing_however_it_is_read() {
+    let (_, _, fs) = setup();
+    let dir = fs_resolve(&fs, "c").await.unwrap();
+    let fh = fs.opendir(dir.ino).await.unwrap();
+    let whole = fs.readdir(dir.ino, fh, 0).await.unwrap();
+    assert_eq!(whole.len() as u64, N + 2);
+    let offsets: Vec<u64> = whole.iter().map(|i| i.offset).collect();
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "offsets increase");
+    // Resumed (`seekdir` to what `telldir` gave) on a handle that has taken only its first
+    // page, and on one that has taken everything: the same entries with the same offsets.
+    let keyed =
+        |items: &[DirItem]| -> Vec<(String, u64)> { items.iter().map(|i| (i.name.to_string(), i.offset)).collect() };
+    for k in [1, 2, 3, 4097, 8193, 16000, 24578, whole.len() - 1, whole.len()] {
+        let from = whole[k - 1].offset;
+        let fresh = fs.opendir(dir.ino).await.unwrap();
+        let got = read_on(&fs, dir.ino, fresh, from, 700).await;
+        assert_eq!(keyed(&got), keyed(&whole[k..]), "fresh handle from offset {from}");
+        fs.releasedir(fresh);
+        let got = read_on(&fs, dir.ino, fh, from, 5000).await;
+        assert_eq!(keyed(&got), keyed(&whole[k..]), "read handle from offset {from}");
+    }
+    fs.releasedir(fh);
+}
+
+#[tokio::test]
+async fn a_listing_continued_after_changes_repeats_and_skips_nothing() {
+    let (_, _, fs) = setup();
+    let dir = fs_resolve(&fs, "c").await.unwrap();
+    fs.unlink(dir.ino, "30000").await.unwrap();
+    let fh = fs.opendir(dir.ino).await.unwrap();
+    // Up to "4999", into the first shard's pages only.
+    let first: Vec<DirItem> = fs.dir_items(dir.ino, fh, 0).await.unwrap().take(5002).collect();
+    assert_eq!(first.len(), 5002, "one answer holds 4096 entries at least");
+    assert_eq!(first.last().unwrap().name.as_str(), "4999");
+    // Meanwhile: one returned and one not returned yet go, one after the last returned comes.
+    fs.unlink(dir.ino, "100").await.unwrap();
+    fs.unlink(dir.ino, "20000").await.unwrap();
+    let (_, wfh) = fs.create(dir.ino, "30000", false).await.unwrap();
+    fs.write(wfh, 0, b"x").await.unwrap();
+    let rest = read_on(&fs, dir.ino, fh, first.last().unwrap().offset, 900).await;
+    let rest = names(&rest);
+    let want: Vec<String> = (5000..N).filter(|&c| c != 20000).map(|c| c.to_string()).collect();
+    assert_eq!(rest, want, "after the last name returned, in order");
+    let seen: BTreeSet<&String> = rest.iter().collect();
+    assert_eq!(seen.len(), rest.len(), "none twice");
+    fs.release(wfh).await;
+    fs.releasedir(fh);
+}
