@@ -290,7 +290,7 @@ impl NodeCache {
         let meta = match parse_zarr_json(&got.bytes) {
             Ok(NodeMetadata::Array(_)) if self.is_shown_as_stored(dir) => return NodeInfo::Array,
             Ok(NodeMetadata::Array(meta)) => meta,
-            Ok(NodeMetadata::Group { raw }) => return self.group(dir, &raw, got.meta.mtime_ns),
+            Ok(NodeMetadata::Group { raw }) => return self.group(dir, raw, got.meta.mtime_ns),
             Err(e) => {
                 tracing::warn!(key, reason = %e, "unreadable metadata; node shown as stored");
                 return NodeInfo::Plain;
@@ -371,16 +371,17 @@ impl NodeCache {
     }
 
     /// A group's kind: rewritten when its consolidated metadata describes arrays the view
-    /// shows unsharded.
-    fn group(&self, dir: &str, raw: &serde_json::Value, mtime_ns: Option<i128>) -> NodeInfo {
+    /// shows unsharded. Only the rewritten bytes are kept; the parsed document (rewritten in
+    /// place, never copied) is dropped here.
+    fn group(&self, dir: &str, mut raw: serde_json::Value, mtime_ns: Option<i128>) -> NodeInfo {
         let prefix = dir_prefix(dir);
         let as_stored = |path: &str| self.is_shown_as_stored(&format!("{prefix}{path}"));
-        match rewrite_group(raw, &as_stored) {
-            Some(doc) => NodeInfo::Group(Arc::new(GroupNode {
-                rewritten: Bytes::from(serde_json::to_vec_pretty(&doc).unwrap_or_default()),
-                mtime_ns,
-            })),
-            None => NodeInfo::Plain,
+        if !rewrite_group(&mut raw, &as_stored) {
+            return NodeInfo::Plain;
         }
+        NodeInfo::Group(Arc::new(GroupNode {
+            rewritten: Bytes::from(serde_json::to_vec_pretty(&raw).unwrap_or_default()),
+            mtime_ns,
+        }))
     }
 }
