@@ -59,9 +59,9 @@ pub struct DraftArray {
 
 impl DraftLayout {
     /// The draft an entry point `zarr.json` declares, if it is one. Only `zarr_format` is
-    /// decoded; the other members are checked and skipped, never built: the root document of
-    /// a final hierarchy may carry the consolidated metadata of ten thousand arrays, and a
-    /// parsed tree of it takes five times its size.
+    /// decoded; the other members are skipped (their JSON syntax checked), never built: the
+    /// root document of a final hierarchy may carry the consolidated metadata of ten thousand
+    /// arrays, and a parsed tree of it takes five times its size.
     pub fn of_entry_point(bytes: &[u8]) -> Option<DraftLayout> {
         let EntryPoint(format) = serde_json::from_slice(bytes).ok()?;
         match format?.as_str()? {
