@@ -9,14 +9,14 @@
 //!
 //! [`rewrite_group`] makes the view's document of a group: each entry of a sharded array that
 //! the view shows unsharded becomes exactly what the view shows as that array's own
-//! `zarr.json` ([`unsharded_doc`]), and nothing else changes. It rewrites what is stored, in
-//! place, and never rebuilds the block, so wherever the store agrees with itself, the view
-//! does too.
+//! `zarr.json` ([`unsharded_doc`](crate::zarr::rewrite::unsharded_doc)), and nothing else
+//! changes. It rewrites what is stored, in place, and never rebuilds the block, so wherever
+//! the store agrees with itself, the view does too.
 
 use serde_json::Value;
 
 use crate::zarr::metadata::{parse_node, NodeMetadata};
-use crate::zarr::rewrite::unsharded_doc;
+use crate::zarr::rewrite::unshard;
 use crate::zarr::sharding::{analyse, Sharding, SHARDING_CODEC};
 
 /// Call `f(path, entry)` for every array entry of `doc`'s consolidated metadata, at any depth;
@@ -77,13 +77,17 @@ pub fn declares_sharding(entry: &Value) -> bool {
     })
 }
 
-/// The view's form of one array document: unsharded when the view can unshard it.
+/// The view's form of one array document: unsharded when the view can unshard it. An entry
+/// that declares no sharding is not parsed (nor copied) at all.
 pub fn unsharded_entry(entry: &Value) -> Option<Value> {
+    if !declares_sharding(entry) {
+        return None;
+    }
     let Ok(NodeMetadata::Array(meta)) = parse_node(entry.clone()) else {
         return None;
     };
     match analyse(&meta) {
-        Sharding::Sharded(layout) => Some(unsharded_doc(&meta, &layout)),
+        Sharding::Sharded(layout) => Some(unshard(meta.raw, &layout)),
         Sharding::None | Sharding::Unsupported(_) => None,
     }
 }
