@@ -8,9 +8,11 @@ the view; the data reads back as written; and opening the hierarchy or one array
 handful of store requests, not one per array. (scripts/bench_hierarchy.sh times the same at
 10,000 arrays.)
 
-These fail when the consolidated rewrite is wrong: with the rewrite turned off (the stored
-block shown as it is), zarr-python's default open sees the shards and the entries disagree with
-the arrays' documents.
+These fail when the consolidated rewrite is wrong; checked with two broken daemons: with the
+rewrite turned off (the stored block shown as it is, every test fails: zarr-python's default
+open sees the shards, the entries disagree with the arrays' documents, reads decode inner
+chunks as shards), and with the entries' chunk shape left at the shard shape (every test but
+the request counts fails).
 """
 import json
 import os
@@ -20,7 +22,6 @@ import pytest
 
 import shardindex as si
 from helpers import assert_same_array, load_json, mount_stats
-from writing import mount_writable
 
 zarr = pytest.importorskip("zarr")
 
