@@ -108,8 +108,8 @@ pub fn zarr_json(data: &[u8]) {
             }
             let _ = v2_array(&meta, &chunk_shape, &codecs, Separator::Dot, &Value::Null);
         }
-        Ok(NodeMetadata::Group { raw }) => {
-            let _ = rewrite_group(&raw, &|_| false);
+        Ok(NodeMetadata::Group { mut raw }) => {
+            let _ = rewrite_group(&mut raw, &|_| false);
         }
         Err(_) => {}
     }

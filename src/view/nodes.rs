@@ -37,6 +37,10 @@ use crate::zarr::sharding::{analyse, rewrite_unsharded, ShardLayout, Sharding};
 /// How many directories' node kinds are remembered.
 const NODE_CACHE_ENTRIES: usize = 65_536;
 
+/// A group document from this size on (its consolidated metadata describes thousands of
+/// nodes) leaves a parsed tree of about five times its size freed behind it.
+const BIG_DOCUMENT: usize = 1 << 20;
+
 /// A sharded array as the view shows it.
 #[derive(Debug)]
 pub struct ShardedNode {
@@ -290,7 +294,13 @@ impl NodeCache {
         let meta = match parse_zarr_json(&got.bytes) {
             Ok(NodeMetadata::Array(_)) if self.is_shown_as_stored(dir) => return NodeInfo::Array,
             Ok(NodeMetadata::Array(meta)) => meta,
-            Ok(NodeMetadata::Group { raw }) => return self.group(dir, &raw, got.meta.mtime_ns),
+            Ok(NodeMetadata::Group { raw }) => {
+                let info = self.group(dir, raw, got.meta.mtime_ns);
+                if got.bytes.len() >= BIG_DOCUMENT {
+                    give_back_freed_memory();
+                }
+                return info;
+            }
             Err(e) => {
                 tracing::warn!(key, reason = %e, "unreadable metadata; node shown as stored");
                 return NodeInfo::Plain;
@@ -371,16 +381,28 @@ impl NodeCache {
     }
 
     /// A group's kind: rewritten when its consolidated metadata describes arrays the view
-    /// shows unsharded.
-    fn group(&self, dir: &str, raw: &serde_json::Value, mtime_ns: Option<i128>) -> NodeInfo {
+    /// shows unsharded. Only the rewritten bytes are kept; the parsed document (rewritten in
+    /// place, never copied) is dropped here.
+    fn group(&self, dir: &str, mut raw: serde_json::Value, mtime_ns: Option<i128>) -> NodeInfo {
         let prefix = dir_prefix(dir);
         let as_stored = |path: &str| self.is_shown_as_stored(&format!("{prefix}{path}"));
-        match rewrite_group(raw, &as_stored) {
-            Some(doc) => NodeInfo::Group(Arc::new(GroupNode {
-                rewritten: Bytes::from(serde_json::to_vec_pretty(&doc).unwrap_or_default()),
-                mtime_ns,
-            })),
-            None => NodeInfo::Plain,
+        if !rewrite_group(&mut raw, &as_stored) {
+            return NodeInfo::Plain;
         }
+        NodeInfo::Group(Arc::new(GroupNode {
+            rewritten: Bytes::from(serde_json::to_vec_pretty(&raw).unwrap_or_default()),
+            mtime_ns,
+        }))
+    }
+}
+
+/// Ask the C allocator to return free pages to the system: the tree of a big group document,
+/// freed in small blocks, otherwise stays with the process (RSS 150 MiB after a 21.7 MB
+/// document whose view shows 22 MB).
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it takes no pointer.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

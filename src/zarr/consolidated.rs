@@ -9,13 +9,14 @@
 //!
 //! [`rewrite_group`] makes the view's document of a group: each entry of a sharded array that
 //! the view shows unsharded becomes exactly what the view shows as that array's own
-//! `zarr.json` ([`unsharded_doc`]), and nothing else changes. It rewrites what is stored and
-//! never rebuilds the block, so wherever the store agrees with itself, the view does too.
+//! `zarr.json` ([`unsharded_doc`](crate::zarr::rewrite::unsharded_doc)), and nothing else
+//! changes. It rewrites what is stored, in place, and never rebuilds the block, so wherever
+//! the store agrees with itself, the view does too.
 
 use serde_json::Value;
 
 use crate::zarr::metadata::{parse_node, NodeMetadata};
-use crate::zarr::rewrite::unsharded_doc;
+use crate::zarr::rewrite::unshard;
 use crate::zarr::sharding::{analyse, Sharding, SHARDING_CODEC};
 
 /// Call `f(path, entry)` for every array entry of `doc`'s consolidated metadata, at any depth;
@@ -76,23 +77,29 @@ pub fn declares_sharding(entry: &Value) -> bool {
     })
 }
 
-/// The view's form of one array document: unsharded when the view can unshard it.
+/// The view's form of one array document: unsharded when the view can unshard it. An entry
+/// that declares no sharding is not parsed (nor copied) at all.
 pub fn unsharded_entry(entry: &Value) -> Option<Value> {
+    if !declares_sharding(entry) {
+        return None;
+    }
     let Ok(NodeMetadata::Array(meta)) = parse_node(entry.clone()) else {
         return None;
     };
     match analyse(&meta) {
-        Sharding::Sharded(layout) => Some(unsharded_doc(&meta, &layout)),
+        Sharding::Sharded(layout) => Some(unshard(meta.raw, &layout)),
         Sharding::None | Sharding::Unsupported(_) => None,
     }
 }
 
-/// The view's document of a group, or `None` when it is the stored one: every array entry that
-/// is not `as_stored(path)` and that the view can unshard is replaced by its unsharded form.
-pub fn rewrite_group(doc: &Value, as_stored: &dyn Fn(&str) -> bool) -> Option<Value> {
-    let mut out = doc.clone();
+/// Turn the stored document of a group into the view's, in place: every array entry that is
+/// not `as_stored(path)` and that the view can unshard is replaced by its unsharded form.
+/// Returns whether anything changed (if not, the view shows the stored document). In place,
+/// because the document may describe ten thousand arrays: its parsed tree takes about five
+/// times its size, and a copy of it would double that.
+pub fn rewrite_group(doc: &mut Value, as_stored: &dyn Fn(&str) -> bool) -> bool {
     let mut changed = false;
-    for_each_array_entry(&mut out, &mut |path, entry| {
+    for_each_array_entry(doc, &mut |path, entry| {
         if as_stored(path) {
             return;
         }
@@ -101,7 +108,7 @@ pub fn rewrite_group(doc: &Value, as_stored: &dyn Fn(&str) -> bool) -> Option<Va
             changed = true;
         }
     });
-    changed.then_some(out)
+    changed
 }
 
 /// Reads one field of an array document, for comparing two of them.
@@ -168,6 +175,12 @@ pub(crate) mod tests {
         })
     }
 
+    /// The view's document of a stored group document, or `None` when it is the stored one.
+    pub(crate) fn rewritten(doc: &Value, as_stored: &dyn Fn(&str) -> bool) -> Option<Value> {
+        let mut out = doc.clone();
+        rewrite_group(&mut out, as_stored).then_some(out)
+    }
+
     /// The block zarr-python 3 writes: descendants flattened, a child group with an empty
     /// block of its own, plus a nested block as other writers make it.
     fn hierarchy() -> Value {
@@ -191,7 +204,7 @@ pub(crate) mod tests {
     #[test]
     fn sharded_entries_rewritten_like_the_arrays_own_documents() {
         let doc = hierarchy();
-        let view = rewrite_group(&doc, &|_| false).unwrap();
+        let view = rewritten(&doc, &|_| false).unwrap();
         let entries = &view["consolidated_metadata"]["metadata"];
         for entry in [
             &entries["q"],
@@ -222,7 +235,7 @@ pub(crate) mod tests {
     #[test]
     fn arrays_shown_as_stored_and_unshardable_entries_stay() {
         let doc = hierarchy();
-        let view = rewrite_group(&doc, &|p| p == "sub/deep").unwrap();
+        let view = rewritten(&doc, &|p| p == "sub/deep").unwrap();
         let entries = &view["consolidated_metadata"]["metadata"];
         assert_eq!(entries["sub/deep"], sharded_entry(16, 8, 4));
         assert_eq!(
@@ -232,11 +245,15 @@ pub(crate) mod tests {
         assert_ne!(entries["q"], sharded_entry(64, 32, 8));
         // 5 does not divide 32: cannot be unsharded, so shown as stored.
         let odd = group(json!({"a": sharded_entry(64, 32, 5), "b": plain_entry(), "c": {"node_type": "array"}}));
-        assert_eq!(rewrite_group(&odd, &|_| false), None);
+        assert_eq!(rewritten(&odd, &|_| false), None);
         assert_eq!(
-            rewrite_group(&json!({"zarr_format": 3, "node_type": "group"}), &|_| false),
+            rewritten(&json!({"zarr_format": 3, "node_type": "group"}), &|_| false),
             None
         );
+        // Nothing to rewrite leaves the document as it was.
+        let mut same = odd.clone();
+        assert!(!rewrite_group(&mut same, &|_| false));
+        assert_eq!(same, odd);
     }
 
     #[test]

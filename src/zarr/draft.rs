@@ -23,6 +23,9 @@
 //! little-endian), no checksum, `2^64 - 1` twice for a missing chunk. Unsharding it is
 //! removing the transformer from the metadata: nothing else changes.
 
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::zarr::grid::checked_product;
@@ -55,10 +58,13 @@ pub struct DraftArray {
 }
 
 impl DraftLayout {
-    /// The draft an entry point `zarr.json` declares, if it is one.
+    /// The draft an entry point `zarr.json` declares, if it is one. Only `zarr_format` is
+    /// decoded; the other members are skipped (their JSON syntax checked), never built: the
+    /// root document of a final hierarchy may carry the consolidated metadata of ten thousand
+    /// arrays, and a parsed tree of it takes five times its size.
     pub fn of_entry_point(bytes: &[u8]) -> Option<DraftLayout> {
-        let doc: Value = serde_json::from_slice(bytes).ok()?;
-        match doc.get("zarr_format")?.as_str()? {
+        let EntryPoint(format) = serde_json::from_slice(bytes).ok()?;
+        match format?.as_str()? {
             URI_2020 => Some(DraftLayout::Y2020),
             URI_2022 => Some(DraftLayout::Y2022),
             _ => None,
@@ -302,6 +308,38 @@ pub fn declares_sharding(written: &[u8]) -> bool {
         .is_some_and(|t| t.iter().filter_map(Value::as_object).any(is_sharding))
 }
 
+/// The `zarr_format` member of a JSON object (the last one if it is repeated, as a parsed
+/// [`Value`] keeps it), every other member skipped.
+struct EntryPoint(Option<Value>);
+
+impl<'de> Deserialize<'de> for EntryPoint {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(EntryPointVisitor)
+    }
+}
+
+struct EntryPointVisitor;
+
+impl<'de> Visitor<'de> for EntryPointVisitor {
+    type Value = EntryPoint;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EntryPoint, A::Error> {
+        let mut format = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "zarr_format" {
+                format = Some(map.next_value::<Value>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(EntryPoint(format))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +366,22 @@ mod tests {
             None
         );
         assert_eq!(DraftLayout::of_entry_point(b"not json"), None);
+        // Every member is still checked: a document that is not JSON declares nothing.
+        let bad = format!(r#"{{"zarr_format": "{URI_2020}", "x": [1, }}"#);
+        assert_eq!(DraftLayout::of_entry_point(bad.as_bytes()), None);
+        let trailing = format!(r#"{{"zarr_format": "{URI_2020}"}} x"#);
+        assert_eq!(DraftLayout::of_entry_point(trailing.as_bytes()), None);
+        for top in [&b"[1]"[..], b"\"s\"", b"3", b"null"] {
+            assert_eq!(DraftLayout::of_entry_point(top), None);
+        }
+        // Members around it are skipped whatever they hold; the last `zarr_format` counts.
+        let nested = format!(
+            r#"{{"a": {{"zarr_format": 3, "b": [{{}}, [null, 1.5e300, "\u00e9"]]}}, "zarr_format": "{URI_2022}", "c": true}}"#
+        );
+        assert_eq!(DraftLayout::of_entry_point(nested.as_bytes()), Some(DraftLayout::Y2022));
+        let twice = format!(r#"{{"zarr_format": "{URI_2022}", "zarr_format": 3}}"#);
+        assert_eq!(DraftLayout::of_entry_point(twice.as_bytes()), None);
+        assert_eq!(DraftLayout::of_entry_point(br#"{"node_type": "group"}"#), None);
     }
 
     #[test]

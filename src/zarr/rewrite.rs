@@ -22,7 +22,11 @@ pub fn rewrite_unsharded(meta: &ArrayMetadata, layout: &ShardLayout) -> Vec<u8> 
 /// The view's document of a sharded array as a JSON value (also the form of the array's entry
 /// in a group's consolidated metadata).
 pub fn unsharded_doc(meta: &ArrayMetadata, layout: &ShardLayout) -> Value {
-    let mut doc = meta.raw.clone();
+    unshard(meta.raw.clone(), layout)
+}
+
+/// [`unsharded_doc`] of a stored document the caller owns (no copy of it is made).
+pub fn unshard(mut doc: Value, layout: &ShardLayout) -> Value {
     if let Some(obj) = doc.as_object_mut() {
         obj.insert(
             "chunk_grid".into(),

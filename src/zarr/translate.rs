@@ -190,8 +190,8 @@ pub fn translate_group(written: &Value, shown: &HashMap<String, Shown>) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zarr::consolidated::tests::{group, plain_entry, sharded_entry};
-    use crate::zarr::consolidated::{rewrite_group, unsharded_entry};
+    use crate::zarr::consolidated::tests::{group, plain_entry, rewritten, sharded_entry};
+    use crate::zarr::consolidated::unsharded_entry;
     use serde_json::json;
 
     fn doc(shape: u64, chunk: u64, codecs: Value, attrs: Value) -> Vec<u8> {
@@ -292,7 +292,7 @@ mod tests {
             ("q".to_string(), unsharded(&q)),
             ("sub/deep".to_string(), unsharded(&deep)),
         ]);
-        let view = rewrite_group(&stored, &|_| false).unwrap();
+        let view = rewritten(&stored, &|_| false).unwrap();
         let back = translate_group(&view, &shown).unwrap();
         assert_eq!(back.doc, Some(stored.clone()));
         assert!(back.created.is_empty());
