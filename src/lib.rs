@@ -6,6 +6,7 @@
 //! command line lives in [`cli`], [`app`] wires a configuration into a running mount, and
 //! [`inspect`] reports on a hierarchy.
 
+pub mod allocator;
 pub mod app;
 pub mod cli;
 pub mod copy;

@@ -372,7 +372,7 @@ impl Tables {
         let rehash = |i: &u64| inodes.get(i).map_or(0, |n| Self::hash(hasher, n.parent, &n.name));
         self.index.shrink_to(self.index.len() * 2, rehash);
         self.content.shrink_to(self.content.len() * 2);
-        give_back_freed_memory();
+        crate::allocator::give_back_freed_memory();
     }
 
     /// Memory held by the tables' entries, in bytes (not counting names too long to be inline,
@@ -380,15 +380,5 @@ impl Tables {
     pub(super) fn bytes(&self) -> usize {
         let slots = self.inodes.capacity().max(self.index.capacity());
         slots * BYTES_PER_INODE
-    }
-}
-
-/// Ask the C allocator to return free pages to the system: the memory of the small blocks
-/// freed with forgotten inodes otherwise stays with the process.
-fn give_back_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks the allocator's own free lists; it takes no pointer.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
