@@ -95,20 +95,7 @@ if [ ! -f "$SRC/zarr.json" ] || [ ! -f "$HIERARCHY_MANIFEST" ]; then
 fi
 
 # -- mounts: one per flavor, all at once, at $WORK/mnt-FLAVOR, of $SRC
-declare -A DPIDS=()
-mnt_of() { echo "$WORK/mnt-$1"; }
-mount_flavor() { # FLAVOR: mount $SRC there (a fresh daemon); sets DPIDS[FLAVOR]
-    local m pid
-    m=$(mnt_of "$1")
-    mkdir -p "$m"
-    # shellcheck disable=SC2086
-    RUST_LOG="${RUST_LOG:-zarrfs=warn}" "${FLAVOR_BIN[$1]:-$BIN}" mount "$SRC" "$m" ${MOUNT_OPTS[$1]} \
-        --log-file "$WORK/zarrfs-$1.log"
-    pid=$(pgrep -f -- "mount $SRC $m( |\$)" | head -1 || true)
-    [ -n "$pid" ] || die "no daemon found for $m"
-    DPIDS[$1]=$pid
-    echo "$pid" >> "$WORK/pids"
-}
+# (DPIDS, mnt_of and mount_flavor: bench_lib.sh)
 hwm_of() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 rss_of() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 unmount_flavor() { # FLAVOR: note the daemon's peak, unmount, wait for the daemon to exit

@@ -85,3 +85,20 @@ ensure_rclone_and_aiohttp() {
         "$REPO/.venv/bin/python" -m pip install -q --disable-pip-version-check "aiohttp==$AIOHTTP_VERSION" >&2
     fi
 }
+
+# -- mounts of one source by flavor, all at once, at $WORK/mnt-FLAVOR (bench_walk.sh,
+# bench_hierarchy.sh): the caller sets SRC, BIN, MOUNT_OPTS[FLAVOR] and FLAVOR_BIN[FLAVOR]
+declare -A DPIDS=()
+mnt_of() { echo "$WORK/mnt-$1"; }
+mount_flavor() { # FLAVOR: mount $SRC there (a fresh daemon); sets DPIDS[FLAVOR]
+    local m pid
+    m=$(mnt_of "$1")
+    mkdir -p "$m"
+    # shellcheck disable=SC2086
+    RUST_LOG="${RUST_LOG:-zarrfs=warn}" "${FLAVOR_BIN[$1]:-$BIN}" mount "$SRC" "$m" ${MOUNT_OPTS[$1]} \
+        --log-file "$WORK/zarrfs-$1.log"
+    pid=$(pgrep -f -- "mount $SRC $m( |\$)" | head -1 || true)
+    [ -n "$pid" ] || die "no daemon found for $m"
+    DPIDS[$1]=$pid
+    echo "$pid" >> "$WORK/pids"
+}

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 use super::nodes::{NodeCache, NodeInfo};
+use super::v2::V2Nodes;
 use super::View;
 
 /// The documents whose change changes what their directory is.
@@ -86,6 +87,21 @@ impl View {
                 None => return found,
             }
         }
+    }
+}
+
+impl V2Nodes {
+    /// Forget the node of `dir` (`None`: every node) and the consolidated `.zmetadata` built
+    /// from them.
+    pub fn forget(&self, dir: Option<&str>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match dir {
+            Some(dir) => {
+                entries.pop(dir);
+            }
+            None => entries.clear(),
+        }
+        *self.zmetadata.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 

@@ -76,12 +76,12 @@ enum ChunkSource {
 #[derive(Debug)]
 pub(in crate::view) struct V2Nodes {
     ttl: Duration,
-    entries: Mutex<LruCache<String, (Instant, Arc<V2Node>)>>,
+    pub(in crate::view) entries: Mutex<LruCache<String, (Instant, Arc<V2Node>)>>,
     compressor: V2Compressor,
     /// Transcoded chunks by path and stored version.
     transcoded: DecodedShards,
     /// The root's `.zmetadata` (a walk of the hierarchy), kept for the TTL like the nodes.
-    zmetadata: Mutex<Option<(Instant, Bytes)>>,
+    pub(in crate::view) zmetadata: Mutex<Option<(Instant, Bytes)>>,
 }
 
 impl V2Nodes {
@@ -94,21 +94,6 @@ impl V2Nodes {
             transcoded: DecodedShards::new(cache_bytes),
             zmetadata: Mutex::default(),
         }
-    }
-}
-
-impl V2Nodes {
-    /// Forget the node of `dir` (`None`: every node) and the consolidated `.zmetadata` built
-    /// from them.
-    pub fn forget(&self, dir: Option<&str>) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        match dir {
-            Some(dir) => {
-                entries.pop(dir);
-            }
-            None => entries.clear(),
-        }
-        *self.zmetadata.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 
