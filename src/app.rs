@@ -15,6 +15,7 @@ use crate::fuse::mount_table::absolute_mount_path;
 use crate::fuse::session::{self, MountConfig};
 use crate::source::{check_reachable, open_store, source_name, zarr_warning, LOOK_ENTRIES};
 use crate::store::disk_cache::store::DiskCachedStore;
+use crate::store::local::watch::SourceWatch;
 use crate::store::object::SearchOptions;
 use crate::store::Store;
 use crate::view::{View, ViewMode, WarmUpLimits};
@@ -296,7 +297,8 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         }
         None => settings,
     };
-    let crate::reading::Reading { view, store, counters } = crate::reading::open(settings)?;
+    let own = watch.as_ref().and_then(SourceWatch::own);
+    let crate::reading::Reading { view, store, counters } = crate::reading::open_recording(settings, own)?;
     let disk_cache = counters.disk_cache.clone();
     runtime.block_on(check_and_warm_up(&view, &*store, &settings.source))?;
     let mut fs_config = FsConfig::read_only(
@@ -362,7 +364,7 @@ fn fuse_threads() -> usize {
 
 fn inspect(source: &str, json: bool) -> Result<()> {
     let spec = SourceSpec::parse(source).map_err(|m| anyhow::anyhow!(m))?;
-    let (store, _) = open_store(&spec, false, SearchOptions::default())?;
+    let (store, _) = open_store(&spec, false, SearchOptions::default(), None)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let report = runtime.block_on(crate::inspect::inspect(store.clone()))?;
     if report.groups.is_empty() && report.arrays.is_empty() && report.problems.is_empty() {

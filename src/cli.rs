@@ -280,9 +280,9 @@ pub struct MountArgs {
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = parse_size, help_heading = "Caching")]
     pub write_buffer_size: u64,
     /// Seconds for which metadata, shard indexes and (remote) listings are trusted before being
-    /// checked again, or `indefinite`. Default: a local source on a local filesystem mounted
-    /// --read-only is watched instead (trusted until it changes; changes show at once); other
-    /// local sources 1, remote ones 60. Giving a TTL turns the watch off.
+    /// checked again, or `indefinite`. Default: a local source on a local filesystem is
+    /// watched instead (trusted until it changes; changes show at once); other local sources
+    /// 1, remote ones 60. Giving a TTL turns the watch off.
     #[arg(long, value_name = "SECONDS|indefinite", value_parser = parse_ttl, help_heading = "Caching")]
     pub metadata_ttl: Option<Duration>,
     /// Remote sources: keep the shard bytes, indexes and metadata that reads fetch in this

@@ -79,8 +79,8 @@ pub struct MountSettings {
     pub prefetch_bytes: u64,
     pub write_buffer_bytes: usize,
     pub metadata_ttl: Duration,
-    /// Watch a local source for changes instead of trusting it for `metadata_ttl` (a
-    /// `--read-only` mount with no `--metadata-ttl` given; see `store/local/watch.rs`).
+    /// Watch a local source for changes instead of trusting it for `metadata_ttl` (no
+    /// `--metadata-ttl` was given; see `store/local/watch.rs`).
     pub watch: bool,
     /// `--cache`: a disk cache of what reads fetch (remote sources), and its bound in bytes.
     pub disk_cache: Option<(PathBuf, u64)>,
@@ -154,10 +154,7 @@ impl MountArgs {
                 .unwrap_or(usize::MAX),
             prefetch_bytes: self.prefetch_size.unwrap_or(if remote { 8 << 20 } else { 0 }),
             write_buffer_bytes: usize::try_from(self.write_buffer_size).unwrap_or(usize::MAX),
-            // Not yet on writable mounts: the watch would take their own changes for others'
-            // and drop the names it just made from the kernel, whose next lookup may give
-            // them a new inode number (zarr-python's `rmtree` then sees a different file).
-            watch: !remote && self.metadata_ttl.is_none() && self.read_only,
+            watch: !remote && self.metadata_ttl.is_none(),
             metadata_ttl: self
                 .metadata_ttl
                 .unwrap_or(Duration::from_secs(if remote { 60 } else { 1 })),

@@ -11,6 +11,7 @@ use crate::cli::{MountSettings, SourceSpec};
 use crate::source::{open_store, search_options, source_name, with_caches};
 use crate::store::counting::CountingStore;
 use crate::store::disk_cache::store::DiskCachedStore;
+use crate::store::local::OwnChanges;
 use crate::store::prefetch::PrefetchStats;
 use crate::store::transport::WireStats;
 use crate::store::Store;
@@ -61,7 +62,12 @@ fn as_object(value: serde_json::Result<serde_json::Value>) -> serde_json::Map<St
 
 /// Open the source of `settings` and the view over it (nothing is asked of the source yet).
 pub fn open(settings: &MountSettings) -> Result<Reading> {
-    let (backend, wire) = open_store(&settings.source, settings.writable, search_options(settings))?;
+    open_recording(settings, None)
+}
+
+/// [`open`], a local store recording its own changes in `own` (for the source's watch).
+pub fn open_recording(settings: &MountSettings, own: Option<Arc<OwnChanges>>) -> Result<Reading> {
+    let (backend, wire) = open_store(&settings.source, settings.writable, search_options(settings), own)?;
     let counted = Arc::new(CountingStore::new(backend));
     let prefetch = Arc::new(PrefetchStats::default());
     let disk_cache = match &settings.disk_cache {

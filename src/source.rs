@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use crate::cli::{MountSettings, SourceSpec};
 use crate::store::list_cache::ListCache;
 use crate::store::local::watch::{SourceWatch, WatchError};
-use crate::store::local::LocalStore;
+use crate::store::local::{LocalStore, OwnChanges};
 use crate::store::missing_cache::MissingCache;
 use crate::store::object::learned_nodes::GridScope;
 use crate::store::object::SearchOptions;
@@ -64,7 +64,8 @@ pub fn with_caches(
 
 /// The watch of a local source, when the mount is to be told of its changes instead of
 /// trusting what it read for `--metadata-ttl` (none was given; see `store/local/watch.rs`). A
-/// source that cannot be watched keeps the TTL, and the log says why.
+/// source that cannot be watched keeps the TTL, and the log says why. A writable mount's watch
+/// leaves out the mount's own changes, which its store is to record ([`SourceWatch::own`]).
 pub fn start_watch(settings: &MountSettings) -> Option<SourceWatch> {
     let SourceSpec::Local(path) = &settings.source else {
         return None;
@@ -75,6 +76,10 @@ pub fn start_watch(settings: &MountSettings) -> Option<SourceWatch> {
     let ttl = settings.metadata_ttl.as_secs_f64();
     match SourceWatch::start(path) {
         Ok(watch) => {
+            let watch = match settings.writable {
+                true => watch.skipping_own(Arc::new(OwnChanges::default())),
+                false => watch,
+            };
             tracing::info!(
                 directories = watch.watched(),
                 "watching the source: its changes show at once"
@@ -94,18 +99,37 @@ pub fn start_watch(settings: &MountSettings) -> Option<SourceWatch> {
 
 /// What a mount is told of the source's changes by its watch.
 pub fn change_feed(mut watch: SourceWatch) -> crate::fuse::watching::ChangeFeed {
-    Box::new(move |wait| Ok(watch.wait(wait)?.map(|changed| (changed.keys, changed.everything))))
+    Box::new(move |wait| {
+        Ok(watch.wait(wait)?.map(|changed| {
+            let shown: Vec<&String> = changed.keys.iter().take(8).collect();
+            tracing::debug!(
+                keys = changed.keys.len(),
+                everything = changed.everything,
+                "source changes: {shown:?}"
+            );
+            (changed.keys, changed.everything)
+        }))
+    })
 }
 
 /// A source's store, with the counters of what its client sends over the wire (remote ones).
 pub type Opened = (Arc<dyn Store>, Option<Arc<WireStats>>);
 
 /// Open the store a source names.
-pub fn open_store(source: &SourceSpec, writable: bool, search: SearchOptions) -> Result<Opened> {
+/// A local store records its own changes in `own`, if given (see `store/local/own_changes.rs`).
+pub fn open_store(
+    source: &SourceSpec,
+    writable: bool,
+    search: SearchOptions,
+    own: Option<Arc<OwnChanges>>,
+) -> Result<Opened> {
     match source {
         SourceSpec::Local(path) => {
-            let store =
+            let mut store =
                 LocalStore::new(path, writable).with_context(|| format!("cannot open source {}", path.display()))?;
+            if let Some(own) = own {
+                store = store.recording_own_changes(own);
+            }
             Ok((Arc::new(store), None))
         }
         SourceSpec::Remote { url, options } => {

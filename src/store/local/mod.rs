@@ -27,12 +27,14 @@
 
 mod erase;
 mod listing;
+mod own_changes;
 mod read;
 mod replace;
 mod version;
 pub mod watch;
 
 use listing::*;
+pub use own_changes::OwnChanges;
 use read::*;
 use replace::*;
 pub use version::meta_of;
@@ -84,6 +86,8 @@ pub struct LocalStore {
     open_files: Mutex<LruCache<String, (Arc<File>, Version)>>,
     /// Removes temporary files left by crashed writers, once per directory written.
     sweeper: super::sweep::Sweeper,
+    /// Where the store's own changes are recorded, when its source is watched.
+    own: Option<Arc<OwnChanges>>,
 }
 
 impl LocalStore {
@@ -103,6 +107,7 @@ impl LocalStore {
             writable,
             open_files: Mutex::new(LruCache::new(capacity)),
             sweeper: Default::default(),
+            own: None,
         })
     }
 
@@ -190,29 +195,6 @@ impl LocalStore {
     }
 }
 
-fn write_atomically(path: &Path, temp: &Path, key: &str, value: &[u8]) -> StoreResult<Version> {
-    let io = |e| StoreError::io(key, e);
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(io)?;
-    }
-    let result = (|| {
-        let mut f = File::create(temp)?;
-        f.write_all(value)?;
-        f.sync_all()?;
-        fs::rename(temp, path)?;
-        if let Some(parent) = path.parent() {
-            File::open(parent)?.sync_all()?;
-        }
-        fs::metadata(path)
-    })();
-    match result {
-        Ok(m) => Ok(meta_of(&m).version),
-        Err(e) => {
-            let _ = fs::remove_file(temp);
-            Err(io(e))
-        }
-    }
-}
 #[async_trait]
 impl Store for LocalStore {
     fn capabilities(&self) -> Capabilities {
@@ -253,10 +235,13 @@ impl Store for LocalStore {
         if !self.writable {
             return Err(StoreError::ReadOnly);
         }
+        let _change = self.begin(&[key]);
         let path = self.path(key)?;
         let temp = self.temp_path(&path);
         let key = key.to_string();
-        self.writing(move || write_atomically(&path, &temp, &key, &value)).await
+        let version = self.writing(|| write_atomically(&path, &temp, &key, &value)).await?;
+        self.note(|own| own.wrote(&key, &version));
+        Ok(version)
     }
 
     /// Writes in place (not atomic): for stores of values that are not shared with readers.
@@ -282,31 +267,41 @@ impl Store for LocalStore {
         if !self.writable {
             return Err(StoreError::ReadOnly);
         }
+        let _change = self.begin(&[key]);
         let path = self.path(key)?;
-        let key = key.to_string();
-        self.writing(move || match fs::remove_file(&path) {
+        self.writing(|| match fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if is_missing(&e) => Ok(()),
-            Err(e) => Err(StoreError::io(&key, e)),
+            Err(e) => Err(StoreError::io(key, e)),
         })
-        .await
+        .await?;
+        self.note(|own| own.removed(key));
+        Ok(())
     }
 
     async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
         if !self.writable {
             return Err(StoreError::ReadOnly);
         }
-        self.writing(|| self.set_if_blocking(key, &value, &condition)).await
+        let _change = self.begin(&[key]);
+        let version = self.writing(|| self.set_if_blocking(key, &value, &condition)).await?;
+        self.note(|own| own.wrote(key, &version));
+        Ok(version)
     }
 
     async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
         if !self.writable {
             return Err(StoreError::ReadOnly);
         }
+        let _change = self.begin(&[key]);
         match condition {
             Precondition::Any => self.erase(key).await,
             Precondition::Absent => self.writing(|| self.erase_absent_blocking(key)).await,
-            Precondition::Version(expected) => self.writing(|| self.erase_version_blocking(key, &expected)).await,
+            Precondition::Version(expected) => {
+                self.writing(|| self.erase_version_blocking(key, &expected)).await?;
+                self.note(|own| own.removed(key));
+                Ok(())
+            }
         }
     }
 
@@ -338,36 +333,48 @@ impl Store for LocalStore {
         if !self.writable {
             return Err(StoreError::ReadOnly);
         }
+        let _change = self.begin(&[from, to]);
         let (from_path, to_path) = (self.path(from)?, self.path(to)?);
+        // What `from` holds is looked at before the rename: a value replaced in between then
+        // differs from the one recorded, and its event counts as a change.
+        let before = self.own.as_ref().and_then(|_| own_changes::state(&from_path));
         self.writing(|| {
             if let Some(parent) = to_path.parent() {
                 fs::create_dir_all(parent).map_err(|e| StoreError::io(to, e))?;
             }
             fs::rename(&from_path, &to_path).map_err(|e| StoreError::io(from, e))
         })
-        .await
+        .await?;
+        self.note(|own| own.moved(from, to, before));
+        Ok(())
     }
 
     async fn create_dir(&self, prefix: &str) -> StoreResult<()> {
         if !self.writable {
             return Err(StoreError::ReadOnly);
         }
+        let _change = self.begin(&[prefix]);
         let dir = self.dir_path(prefix)?;
         self.writing(|| fs::create_dir_all(&dir).map_err(|e| StoreError::io(prefix, e)))
-            .await
+            .await?;
+        self.note(|own| own.made_dir(prefix));
+        Ok(())
     }
 
     async fn remove_dir(&self, prefix: &str) -> StoreResult<()> {
         if !self.writable {
             return Err(StoreError::ReadOnly);
         }
+        let _change = self.begin(&[prefix]);
         let dir = self.dir_path(prefix)?;
         self.writing(|| match fs::remove_dir(&dir) {
             Ok(()) => Ok(()),
             Err(e) if is_missing(&e) => Ok(()),
             Err(e) => Err(StoreError::io(prefix, e)),
         })
-        .await
+        .await?;
+        self.note(|own| own.removed(prefix));
+        Ok(())
     }
 
     async fn dir_exists(&self, prefix: &str) -> StoreResult<bool> {

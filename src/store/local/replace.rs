@@ -327,3 +327,28 @@ pub(super) fn restore(dir: &Dir, name: &str, temp: &str, ours: u64) -> Result<()
     );
     dir.rename(temp, name, 0).map_err(keep_foreign)
 }
+
+/// `set`: write a temporary file beside the key, then rename it over the key.
+pub(super) fn write_atomically(path: &Path, temp: &Path, key: &str, value: &[u8]) -> StoreResult<Version> {
+    let io = |e| StoreError::io(key, e);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io)?;
+    }
+    let result = (|| {
+        let mut f = File::create(temp)?;
+        f.write_all(value)?;
+        f.sync_all()?;
+        fs::rename(temp, path)?;
+        if let Some(parent) = path.parent() {
+            File::open(parent)?.sync_all()?;
+        }
+        fs::metadata(path)
+    })();
+    match result {
+        Ok(m) => Ok(meta_of(&m).version),
+        Err(e) => {
+            let _ = fs::remove_file(temp);
+            Err(io(e))
+        }
+    }
+}

@@ -17,17 +17,26 @@
 //! (`TEMP_MARKER`, hidden from listings) are not: the rename into place is. Events are gathered for
 //! [`GATHER`] after the first one, so a writer's temporary file, its writes and its rename are
 //! one batch.
+//!
+//! A writable mount's own changes raise events too; a watch told of the store's record of them
+//! ([`SourceWatch::skipping_own`], see `own_changes.rs`) leaves out each key that holds what
+//! the mount's own last change left there. The entries already in a directory just made are
+//! changes of their own: they were made before its watch was added, so raised no event, and
+//! the directory's own event may be the mount's.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::statfs;
+
+use super::OwnChanges;
 
 /// How long events are gathered into one batch after the first.
 pub const GATHER: Duration = Duration::from_millis(20);
@@ -63,6 +72,8 @@ pub struct SourceWatch {
     root: PathBuf,
     /// The directory (its key; the root is "") each watch is on.
     dirs: HashMap<WatchDescriptor, String>,
+    /// The mount's own changes, left out of what is reported.
+    own: Option<Arc<OwnChanges>>,
 }
 
 /// What each directory is watched for: everything that changes a name or the bytes of a file,
@@ -112,9 +123,21 @@ impl SourceWatch {
             inotify,
             root: root.to_path_buf(),
             dirs: HashMap::new(),
+            own: None,
         };
-        watch.add_tree("")?;
+        watch.add_tree("", None)?;
         Ok(watch)
+    }
+
+    /// Leave out of what is reported the changes `own` records as the mount's own.
+    pub fn skipping_own(mut self, own: Arc<OwnChanges>) -> Self {
+        self.own = Some(own);
+        self
+    }
+
+    /// Where the store is to record the changes left out (see [`Self::skipping_own`]).
+    pub fn own(&self) -> Option<Arc<OwnChanges>> {
+        self.own.clone()
     }
 
     /// Directories watched.
@@ -123,7 +146,8 @@ impl SourceWatch {
     }
 
     /// Watch directory `key` and every directory below it. One removed meanwhile is skipped.
-    fn add_tree(&mut self, key: &str) -> Result<(), WatchError> {
+    /// `found` gets the key of every entry already in them (none for the first watch).
+    fn add_tree(&mut self, key: &str, mut found: Option<&mut BTreeSet<String>>) -> Result<(), WatchError> {
         let mut pending = vec![key.to_string()];
         while let Some(dir) = pending.pop() {
             let path = self.root.join(&dir);
@@ -141,11 +165,14 @@ impl SourceWatch {
                 Err(e) => return Err(WatchError::Io(path, e)),
             };
             for entry in entries.flatten() {
-                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let Some(name) = entry.file_name().to_str().map(str::to_string) else {
                     continue;
+                };
+                if let Some(found) = found.as_deref_mut().filter(|_| !name.starts_with(super::TEMP_MARKER)) {
+                    found.insert(join(&dir, &name));
                 }
-                if let Some(name) = entry.file_name().to_str() {
-                    pending.push(join(&dir, name));
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    pending.push(join(&dir, &name));
                 }
             }
         }
@@ -179,9 +206,13 @@ impl SourceWatch {
             self.take(&mut changed)?;
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() || !self.ready(left)? {
-                return Ok(Some(changed));
+                break;
             }
         }
+        if let Some(own) = &self.own {
+            changed.keys.retain(|key| !own.holds_own(&self.root, key));
+        }
+        Ok((changed.everything || !changed.keys.is_empty()).then_some(changed))
     }
 
     /// Whether events are waiting, after up to `timeout`.
@@ -234,10 +265,13 @@ impl SourceWatch {
                 if event.mask.contains(AddWatchFlags::IN_MOVED_FROM) {
                     self.drop_tree(&key);
                 }
+                // What a new directory already holds raised no event (a moved one is a change
+                // as a whole: its key covers what is below it).
+                let created = event.mask.contains(AddWatchFlags::IN_CREATE);
                 if event
                     .mask
                     .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
-                    && self.add_tree(&key).is_err()
+                    && self.add_tree(&key, created.then_some(&mut changed.keys)).is_err()
                 {
                     tracing::warn!("cannot watch the new directory {key} of the source: forgetting everything");
                     changed.everything = true;
@@ -310,6 +344,43 @@ mod tests {
         std::fs::write(root.path().join("z/c/0/2"), b"y").unwrap();
         assert_eq!(next(&mut watch).keys, keys(&["z/c/0/2"]));
         assert!(!watch.dirs.values().any(|d| d.starts_with('a')), "{:?}", watch.dirs);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_stores_own_changes_are_left_out() {
+        use crate::store::{local::LocalStore, Precondition, Store};
+        let root = tempfile::tempdir().unwrap();
+        let own = Arc::new(OwnChanges::default());
+        let store = LocalStore::new(root.path(), true)
+            .unwrap()
+            .recording_own_changes(own.clone());
+        let mut watch = SourceWatch::start(root.path()).unwrap().skipping_own(own);
+
+        store.set("a/c/0/1", "x".into()).await.unwrap();
+        let v = store
+            .set_if("a/zarr.json", "{}".into(), Precondition::Absent)
+            .await
+            .unwrap();
+        store
+            .set_if("a/zarr.json", "{ }".into(), Precondition::Version(v))
+            .await
+            .unwrap();
+        store.create_dir("g/h/").await.unwrap();
+        store.rename("a/c/0/1", "a/c/0/2").await.unwrap();
+        store.erase("a/c/0/2").await.unwrap();
+        store.remove_dir("g/h/").await.unwrap();
+        assert_eq!(
+            watch.wait(Duration::from_millis(200)).unwrap(),
+            None,
+            "all the store's own"
+        );
+
+        // Another writer's changes still show, also beside the store's own, and inside a
+        // directory the store just made (before its watch was added).
+        store.set("b/zarr.json", "{}".into()).await.unwrap();
+        std::fs::write(root.path().join("b/x"), b"them").unwrap();
+        std::fs::write(root.path().join("a/zarr.json"), b"them").unwrap();
+        assert_eq!(next(&mut watch).keys, keys(&["a/zarr.json", "b/x"]));
     }
 
     #[test]
