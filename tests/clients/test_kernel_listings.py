@@ -2,7 +2,7 @@
 a walk of a tree walked before sends no READDIR, only an OPENDIR per directory, while the
 listing is unchanged and was handed over less than the TTL ago. Changes through the mount show
 at once; another mount's changes once the TTL has passed. A local mount with a TTL under 10 s
-lists through the daemon every time; a --read-only local mount is watched (its TTL never
+lists through the daemon every time; a local mount given no TTL is watched (its TTL never
 expires, changes drop what they touch: test_source_watch.py) and keeps listings too."""
 import os
 import subprocess
