@@ -16,6 +16,7 @@
 
 mod changes;
 mod copy_units;
+mod group_doc;
 mod listing;
 mod locate;
 pub mod metadata_write;
@@ -181,7 +182,7 @@ impl View {
     /// The node of the rewritten group document of directory `dir`.
     fn group_node(dir: &str, group: &GroupNode) -> Node {
         let key = format!("{}{METADATA}", dir_prefix(dir));
-        Node::rewritten(group.rewritten.clone(), dir, &key, group.mtime_ns)
+        Node::rewritten(group.rewritten(), dir, &key, group.mtime_ns)
     }
 
     /// The node of a sharded array's rewritten metadata document.

@@ -24,22 +24,19 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use lru::LruCache;
 
+pub use super::group_doc::GroupNode;
+use super::group_doc::{big_group, group, Found, BIG_DOCUMENT};
 use crate::shard::{IndexCache, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::prefetch::{first_use, PrefetchStats};
 use crate::store::single_flight::Flights;
 use crate::store::{GetOptions, GetResult, Store, StoreError, Version};
-use crate::zarr::consolidated::rewrite_group;
 use crate::zarr::draft::{parse_draft_array, rewrite_draft_unsharded, DraftLayout};
 use crate::zarr::metadata::{parse_zarr_json, ArrayMetadata, NodeMetadata};
 use crate::zarr::sharding::{analyse, rewrite_unsharded, ShardLayout, Sharding};
 
 /// How many directories' node kinds are remembered.
 const NODE_CACHE_ENTRIES: usize = 65_536;
-
-/// A group document from this size on (its consolidated metadata describes thousands of
-/// nodes) leaves a parsed tree of about five times its size freed behind it.
-const BIG_DOCUMENT: usize = 1 << 20;
 
 /// A sharded array as the view shows it.
 #[derive(Debug)]
@@ -56,15 +53,6 @@ pub struct ShardedNode {
     pub rewritten: Bytes,
     /// The stored `zarr.json` as parsed (its sharding configuration is what writes restore).
     pub stored: serde_json::Value,
-    pub mtime_ns: Option<i128>,
-}
-
-/// A group whose document the view rewrites (its consolidated metadata describes arrays the
-/// view shows unsharded).
-#[derive(Debug)]
-pub struct GroupNode {
-    /// The view's `zarr.json`.
-    pub rewritten: Bytes,
     pub mtime_ns: Option<i128>,
 }
 
@@ -291,6 +279,9 @@ impl NodeCache {
                 return NodeInfo::Draft(layout);
             }
         }
+        if let Some(node) = big_group(&got.bytes, got.meta.mtime_ns, self.shown_as_stored_below(dir)) {
+            return NodeInfo::Group(node);
+        }
         let meta = match parse_zarr_json(&got.bytes) {
             Ok(NodeMetadata::Array(_)) if self.is_shown_as_stored(dir) => return NodeInfo::Array,
             Ok(NodeMetadata::Array(meta)) => meta,
@@ -381,17 +372,25 @@ impl NodeCache {
     }
 
     /// A group's kind: rewritten when its consolidated metadata describes arrays the view
-    /// shows unsharded. Only the rewritten bytes are kept; the parsed document (rewritten in
-    /// place, never copied) is dropped here.
-    fn group(&self, dir: &str, mut raw: serde_json::Value, mtime_ns: Option<i128>) -> NodeInfo {
+    /// shows unsharded (`group_doc.rs`).
+    fn group(&self, dir: &str, raw: serde_json::Value, mtime_ns: Option<i128>) -> NodeInfo {
         let prefix = dir_prefix(dir);
-        let as_stored = |path: &str| self.is_shown_as_stored(&format!("{prefix}{path}"));
-        if !rewrite_group(&mut raw, &as_stored) {
-            return NodeInfo::Plain;
+        match group(raw, mtime_ns, &|path: &str| {
+            self.is_shown_as_stored(&format!("{prefix}{path}"))
+        }) {
+            Found::Plain => NodeInfo::Plain,
+            Found::Group(node) => NodeInfo::Group(node),
         }
-        NodeInfo::Group(Arc::new(GroupNode {
-            rewritten: Bytes::from(serde_json::to_vec_pretty(&raw).unwrap_or_default()),
-            mtime_ns,
-        }))
+    }
+
+    /// The arrays below `dir` shown as stored, by their paths relative to it.
+    fn shown_as_stored_below(&self, dir: &str) -> Vec<String> {
+        let prefix = dir_prefix(dir);
+        let as_stored = self.as_stored.lock().unwrap_or_else(|e| e.into_inner());
+        as_stored
+            .iter()
+            .filter_map(|d| d.strip_prefix(&prefix))
+            .map(str::to_string)
+            .collect()
     }
 }

@@ -6,7 +6,8 @@ metadata, exactly as it lists them directly, but unsharded: the chunk shape is t
 the root's consolidated block says the same, entry by entry, as the arrays' own documents in
 the view; the data reads back as written; and opening the hierarchy or one array costs a
 handful of store requests, not one per array. (scripts/bench_hierarchy.sh times the same at
-10,000 arrays.)
+10,000 arrays.) The arrays' attributes make the root document big (over 1 MiB), which the view
+rewrites when it is first read rather than when the root is found (view/group_doc.rs).
 
 These fail when the consolidated rewrite is wrong; checked with two broken daemons: with the
 rewrite turned off (the stored block shown as it is, every test fails: zarr-python's default
@@ -38,6 +39,8 @@ MODES = {"read-only": ("--read-only",), "writable": ()}
 # Either is far below one per array of a group (20) or of the hierarchy (304).
 DEEP_OPEN_REQUESTS = 16
 CONSOLIDATED_OPEN_REQUESTS = 6
+BIG_DOCUMENT = 1 << 20  # view/group_doc.rs: from this size a group document is rewritten lazily
+NOTE = "a long attribute " * 200  # 3.4 KB per array: a root document over BIG_DOCUMENT
 
 
 def leaf_spec(k: int) -> dict:
@@ -63,7 +66,7 @@ def build(root):
     def create(group, name, spec, path, data):
         arr = group.create_array(name, shape=spec["shape"], chunks=spec["chunks"],
                                  shards=spec.get("shards"), dtype=spec["dtype"],
-                                 attributes={"path": path}, dimension_names=["y", "x"])
+                                 attributes={"path": path, "note": NOTE}, dimension_names=["y", "x"])
         if data:
             written[path] = data_of(spec, len(written))
             arr[...] = written[path]
@@ -80,6 +83,7 @@ def build(root):
                 create(sub, f"a{a:02d}", leaf_spec(k), f"g{g}/h{h}/a{a:02d}", k in DATA_AT)
                 k += 1
     zarr.consolidate_metadata(root)
+    assert os.path.getsize(os.path.join(root, "zarr.json")) > BIG_DOCUMENT
     return written
 
 
