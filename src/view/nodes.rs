@@ -274,13 +274,15 @@ impl NodeCache {
     }
 
     fn load(&self, dir: &str, key: &str, got: &GetResult) -> NodeInfo {
+        // Before the draft's check: a big document is scanned once (a draft's entry point is
+        // no v3 group).
+        if let Some(node) = big_group(&got.bytes, got.meta.mtime_ns, self.shown_as_stored_below(dir)) {
+            return NodeInfo::Group(node);
+        }
         if dir.is_empty() {
             if let Some(layout) = DraftLayout::of_entry_point(&got.bytes) {
                 return NodeInfo::Draft(layout);
             }
-        }
-        if let Some(node) = big_group(&got.bytes, got.meta.mtime_ns, self.shown_as_stored_below(dir)) {
-            return NodeInfo::Group(node);
         }
         let meta = match parse_zarr_json(&got.bytes) {
             Ok(NodeMetadata::Array(_)) if self.is_shown_as_stored(dir) => return NodeInfo::Array,
