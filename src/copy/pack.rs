@@ -355,3 +355,25 @@ fn target(path: &str, packed: &serde_json::Value) -> Result<Target> {
         level: Arc::new(level),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_and_unravel_are_inverse_in_c_order() {
+        let dims = [3, 4, 5];
+        let mut expected = 0;
+        for i in 0..3 {
+            for j in 0..4 {
+                for k in 0..5 {
+                    assert_eq!(rank(&[i, j, k], &dims), Some(expected));
+                    assert_eq!(unravel(expected, &dims), vec![i, j, k]);
+                    expected += 1;
+                }
+            }
+        }
+        assert_eq!(rank(&[3, 0, 0], &dims), None, "outside the box");
+        assert_eq!(rank(&[0, 0], &dims), None, "too few dimensions");
+    }
+}

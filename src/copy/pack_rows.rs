@@ -137,7 +137,7 @@ fn unit(prefix: &Arc<str>, target: &Target, shard: &[u64], mut chunks: Vec<Chunk
         chunks,
         prefix: prefix.clone(),
         shard: shard.to_vec(),
-        encoding: target.encoding.clone(),
+        encoding: target.encoding,
         level: target.level.clone(),
     }))
 }
