@@ -79,7 +79,8 @@ make_tiny_fs() {
 # run LABEL BIN ARGS...: one copy under /usr/bin/time -v; prints a row of the table.
 run() {
     local label="$1" bin="$2"; shift 2
-    local out="$WORK/$label.json" time="$WORK/$label.time"
+    local file="${label//[\/ ,]/_}"
+    local out="$WORK/$file.json" time="$WORK/$file.time"
     # shellcheck disable=SC2086
     /usr/bin/time -v "$bin" copy "$@" ${JOBS:+--jobs $JOBS} --json --progress-every 3600 \
         >"$out" 2>"$time" || { tail -20 "$time" >&2; die "$label failed"; }
