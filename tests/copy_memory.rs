@@ -1,13 +1,14 @@
 //! `zarrfs copy` holds a bounded number of keys in memory whatever the number of chunk files
 //! (issue 35): it plans an array at a time and packs a row of shards at a time, so copying an
 //! array of 16,384 chunk files holds at most a few rows of them; and it still copies the
-//! whole, in parts whose union is the whole.
+//! whole, in parts whose union is the whole. With many files copied at once, the units whose
+//! files are found ahead of the copying are bounded by the keys they hold, not by their number.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use zarrfs::copy::{run, CopyArgs, Part, Report, Shaping};
+use zarrfs::copy::{run, run_with, CopyArgs, Limits, Part, Report, Shaping};
 
 /// Chunks along each of the two dimensions: 128 x 128 chunk files of 4 x 4 bytes.
 const GRID: u64 = 128;
@@ -46,19 +47,27 @@ fn unsharded(root: &Path) {
     }
 }
 
-fn copy(source: &Path, dest: &Path, shard: Option<&str>, part: Part) -> Report {
-    run(&CopyArgs {
+fn args(source: &Path, dest: &Path, shard: Option<&str>, part: Part, jobs: usize) -> CopyArgs {
+    CopyArgs {
         source: source.display().to_string(),
         dest: dest.display().to_string(),
-        jobs: 1,
+        jobs,
         part,
         verify: false,
         json: true,
         progress_every: Duration::from_secs(3600),
         shard: shard.map(|s| Shaping::Shape(s.split(',').map(|d| d.parse().unwrap()).collect())),
         max_probe_shards: None,
-    })
-    .unwrap()
+    }
+}
+
+fn copy(source: &Path, dest: &Path, shard: Option<&str>, part: Part) -> Report {
+    run(&args(source, dest, shard, part, 1)).unwrap()
+}
+
+/// A whole copy with 16 files at once and `keys_ahead` (see `Limits`).
+fn copy_ahead(source: &Path, dest: &Path, shard: Option<&str>, keys_ahead: u64) -> Report {
+    run_with(&args(source, dest, shard, Part::WHOLE, 16), Limits { keys_ahead }).unwrap()
 }
 
 /// Every file below `root`, by path, with its bytes.
@@ -130,5 +139,46 @@ fn copies_hold_a_bounded_number_of_keys_and_parts_make_the_whole() {
             (0, files(whole).len())
         );
     }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn files_found_ahead_are_bounded_by_keys() {
+    let all = GRID * GRID;
+    let work = scratch("ahead");
+    let (source, packed) = (work.join("source"), work.join("packed"));
+    unsharded(&source);
+    // 16 shards of 32 x 32 chunks: 1,024 chunk files each.
+    let report = copy(&source, &packed, Some("128,128"), Part::WHOLE);
+    assert_eq!(report.files_copied, 16 + 2);
+
+    // Unsharded with 16 files at once: without a bound on keys, the files of the 16 shards are
+    // all found ahead (16,384 keys, the whole array); within 2,048, two shards at most.
+    let unbounded = copy_ahead(&packed, &work.join("unbounded"), None, u64::MAX);
+    assert!(unbounded.held_peak >= 4 * 1024, "{unbounded:?}");
+    let back = work.join("back");
+    let bounded = copy_ahead(&packed, &back, None, 2048);
+    assert_eq!(bounded.files_copied, all + 2);
+    assert!(
+        bounded.held_peak <= 2048 + 1024 + 64,
+        "unsharding held {} keys of {all}",
+        bounded.held_peak
+    );
+    assert_eq!(chunk_files(&back), chunk_files(&source));
+
+    // Packed again with 16 at once: shards of 8 x 8 chunks, a row of them 1,024 chunk files,
+    // the shards let in ahead 256 chunk files: the next row is gathered (a listing of 128 at
+    // a time) while the last of the row before are copied, never more.
+    let repacked = work.join("repacked");
+    let report = copy_ahead(&back, &repacked, Some("32,32"), 256);
+    assert_eq!(report.files_copied, 256 + 2);
+    assert!(
+        report.held_peak <= 2 * 1024 + 128,
+        "packing held {} keys",
+        report.held_peak
+    );
+    let direct = work.join("direct");
+    copy(&source, &direct, Some("32,32"), Part::WHOLE);
+    assert_eq!(files(&repacked), files(&direct));
     let _ = std::fs::remove_dir_all(&work);
 }

@@ -22,6 +22,7 @@
 //! by the number of chunks (issue 35): `Tally::held` counts it, and the `--json` summary says
 //! its peak (`held_keys_peak`).
 
+mod ahead;
 mod dest;
 mod outline;
 mod pack;
@@ -122,13 +123,44 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// Bounds of a copy's memory that the command line does not set (tests set smaller ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Keys held ahead of and by the copying (see `ahead`).
+    pub keys_ahead: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            keys_ahead: ahead::KEYS_AHEAD,
+        }
+    }
+}
+
+/// Threads for a copy's blocking file I/O: DEST's writes (`--jobs` at once), a local source's
+/// reads, and the runtime's workers handed on while they read (`on_task`). Tokio allows 512 and
+/// keeps a thread 10 s after its last task: under load the copy of 10^7 chunk files had grown to
+/// hundreds of them, each with its stack and allocator caches (issue 35).
+fn blocking_threads(jobs: usize) -> usize {
+    jobs.saturating_mul(2).clamp(16, 256) + 16
+}
+
 /// `zarrfs copy SOURCE DEST --unshard …`.
 pub fn run(args: &CopyArgs) -> Result<Report> {
+    run_with(args, Limits::default())
+}
+
+/// [`run`] within other [`Limits`].
+pub fn run_with(args: &CopyArgs, limits: Limits) -> Result<Report> {
     limit_malloc_arenas();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(blocking_threads(args.jobs))
+        .enable_all()
+        .build()?;
     let started = Instant::now();
     let tally = Arc::new(Tally::default());
-    let totals = match runtime.block_on(copy(args, &tally)) {
+    let totals = match runtime.block_on(copy(args, limits, &tally)) {
         Ok(totals) => totals,
         Err(e) => {
             // Stopped part way (too many failures): say what failed before why it stopped.
@@ -182,7 +214,7 @@ fn print_failures(tally: &Tally) {
     }
 }
 
-async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
+async fn copy(args: &CopyArgs, limits: Limits, tally: &Arc<Tally>) -> Result<Totals> {
     let view = Arc::new(source_view(&args.source, args.max_probe_shards)?);
     dest::refuse_inside(&args.source, &args.dest)?;
     let (dest, empty) = Dest::open(&args.dest).await?;
@@ -250,6 +282,7 @@ async fn copy(args: &CopyArgs, tally: &Arc<Tally>) -> Result<Totals> {
         check_dest: !empty,
         verify: args.verify,
         packing: pack::budget(),
+        keys_ahead: limits.keys_ahead,
     };
     // The walk hands units on as it finds them; the copying stops the walk when it stops.
     let (walked, done) = futures::join!(

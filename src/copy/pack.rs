@@ -22,13 +22,13 @@ use tokio::sync::Semaphore;
 
 use super::dest::Dest;
 use super::outline::Outline;
-use super::work::read_whole;
-use crate::view::{Node, View};
+use super::work::read_path;
+use crate::view::View;
 use crate::zarr::key_encoding::ChunkKeyEncoding;
 use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
 use crate::zarr::reshard::{packable, packed_group, packs, sharded_doc, sharded_like};
 use crate::zarr::shard_index::ShardIndex;
-use crate::zarr::shard_pack::{pack, packed_layout, Packed, ShardContent};
+use crate::zarr::shard_pack::packed_layout;
 use crate::zarr::shard_shape::auto_shard_shape;
 use crate::zarr::sharding::{analyse, ShardLevel, Sharding};
 use crate::zarr::translate::to_stored_bytes;
@@ -44,39 +44,133 @@ const PACKING_MIB: u32 = 1024;
 pub struct PackUnit {
     /// The shard's key in DEST.
     pub key: String,
-    /// Its chunk files: (index within the shard, path, node), ascending index.
-    pub chunks: Vec<(u64, String, Node)>,
+    /// Its chunk files, ascending index within the shard. Only numbers are kept (24 bytes a
+    /// file): a row of shards of millions of chunk files is held while it is gathered, and
+    /// their paths and nodes took about 300 bytes a file. A path is made again from the
+    /// coordinates when the chunk is read.
+    pub chunks: Vec<Chunk>,
+    /// The array's directory as a prefix of its files' paths.
+    pub prefix: Arc<str>,
+    /// The shard's coordinates in the shard grid.
+    pub shard: Vec<u64>,
+    pub encoding: ChunkKeyEncoding,
     pub level: Arc<ShardLevel>,
+}
+
+/// A chunk file of a shard being packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// Its entry in the shard's index.
+    pub index: u64,
+    /// Its coordinates within the shard, as their rank in C order.
+    pub rank: u64,
+    /// Its size when it was listed.
+    pub size: u64,
 }
 
 impl PackUnit {
     /// Bytes of its chunks.
     pub fn chunk_bytes(&self) -> u64 {
-        self.chunks.iter().map(|(_, _, n)| n.size).sum()
+        self.chunks.iter().map(|c| c.size).sum()
     }
 
     /// The index and size the packed shard will have.
     pub fn layout(&self) -> Result<(ShardIndex, u64)> {
-        let sizes: Vec<(u64, u64)> = self.chunks.iter().map(|(i, _, n)| (*i, n.size)).collect();
+        let sizes: Vec<(u64, u64)> = self.chunks.iter().map(|c| (c.index, c.size)).collect();
         Ok(packed_layout(&sizes, &self.level)?)
     }
 
-    /// The packed shard: its chunks read through the view and packed.
+    /// The path of a chunk file of the shard.
+    pub fn path_of(&self, chunk: &Chunk) -> String {
+        let per = &self.level.chunks_per_shard;
+        let within = unravel(chunk.rank, per);
+        let coords: Vec<u64> = self
+            .shard
+            .iter()
+            .zip(per)
+            .zip(within)
+            .map(|((s, k), w)| s.saturating_mul(*k).saturating_add(w))
+            .collect();
+        format!("{}{}", self.prefix, self.encoding.encode(&coords))
+    }
+
+    /// The packed shard: its chunks read through the view, each written where the layout puts
+    /// it in one buffer (a shard of 10^6 chunk files held as 10^6 separate buffers took 200 MiB
+    /// for 16 MB of chunks).
     pub async fn packed(&self, view: &Arc<View>, budget: &Semaphore) -> Result<Bytes> {
+        if self.chunks.is_empty() {
+            return Ok(Bytes::new());
+        }
         let mib = u32::try_from(self.chunk_bytes().div_ceil(1 << 20)).unwrap_or(u32::MAX);
         let _held = budget.acquire_many(mib.clamp(1, PACKING_MIB)).await?;
-        let chunks: Vec<(u64, Bytes)> = futures::stream::iter(&self.chunks)
-            .map(|(index, path, node)| async move { anyhow::Ok((*index, read_whole(view, node, path).await?)) })
-            .buffered(PACK_READS)
-            .try_collect()
-            .await?;
-        let content = ShardContent {
-            chunks: chunks.into_iter().map(|(i, b)| (i, Packed::Bytes(b))).collect(),
-        };
-        Ok(pack(&content, std::slice::from_ref(&*self.level))?
-            .unwrap_or_default()
-            .into())
+        let (index, total) = self.layout()?;
+        let mut out = vec![0u8; usize::try_from(total).context("packed shard size")?];
+        let encoded = index.encode(self.level.index_codec);
+        put(&mut out, self.level.index_offset(total)?, &encoded)?;
+        // In index order, each chunk right after the one before (as `packed_layout` lays them).
+        let mut at = self.level.data_start();
+        let placed: Vec<u64> = self
+            .chunks
+            .iter()
+            .map(|chunk| {
+                let offset = at;
+                at = at.saturating_add(chunk.size);
+                offset
+            })
+            .collect();
+        let mut reads = std::pin::pin!(futures::stream::iter(self.chunks.iter().zip(placed))
+            .map(|(chunk, offset)| async move {
+                let path = self.path_of(chunk);
+                let bytes = read_path(view, &path).await?;
+                if bytes.len() as u64 != chunk.size {
+                    bail!(
+                        "{path}: {} bytes, {} when it was listed (changed while the copy ran)",
+                        bytes.len(),
+                        chunk.size
+                    );
+                }
+                anyhow::Ok((offset, bytes))
+            })
+            .buffer_unordered(PACK_READS));
+        while let Some(read) = reads.next().await {
+            let (offset, bytes) = read?;
+            put(&mut out, offset, &bytes)?;
+        }
+        Ok(out.into())
     }
+}
+
+/// Write `bytes` into `out` at `offset`.
+fn put(out: &mut [u8], offset: u64, bytes: &[u8]) -> Result<()> {
+    let start = usize::try_from(offset).context("offset in a packed shard")?;
+    let end = start.checked_add(bytes.len()).context("offset in a packed shard")?;
+    out.get_mut(start..end)
+        .context("a chunk beyond the end of its packed shard")?
+        .copy_from_slice(bytes);
+    Ok(())
+}
+
+/// The rank in C order of coordinates `within` a box of `dims` (`None`: outside it).
+pub fn rank(within: &[u64], dims: &[u64]) -> Option<u64> {
+    if within.len() != dims.len() {
+        return None;
+    }
+    within.iter().zip(dims).try_fold(0u64, |at, (w, d)| {
+        (w < d).then_some(())?;
+        at.checked_mul(*d)?.checked_add(*w)
+    })
+}
+
+/// The coordinates of C-order rank `rank` in a box of `dims` (the inverse of [`rank`]).
+fn unravel(mut rank: u64, dims: &[u64]) -> Vec<u64> {
+    let mut within = vec![0; dims.len()];
+    for (w, d) in within.iter_mut().zip(dims).rev() {
+        if *d > 0 {
+            *w = rank % d;
+            rank /= d;
+        }
+    }
+    within
 }
 
 /// The budget of [`PackUnit::packed`].
@@ -260,4 +354,26 @@ fn target(path: &str, packed: &serde_json::Value) -> Result<Target> {
         grid: crate::zarr::grid::grid_shape(&meta.shape, &level.chunk_shape)?,
         level: Arc::new(level),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_and_unravel_are_inverse_in_c_order() {
+        let dims = [3, 4, 5];
+        let mut expected = 0;
+        for i in 0..3 {
+            for j in 0..4 {
+                for k in 0..5 {
+                    assert_eq!(rank(&[i, j, k], &dims), Some(expected));
+                    assert_eq!(unravel(expected, &dims), vec![i, j, k]);
+                    expected += 1;
+                }
+            }
+        }
+        assert_eq!(rank(&[3, 0, 0], &dims), None, "outside the box");
+        assert_eq!(rank(&[0, 0], &dims), None, "too few dimensions");
+    }
 }

@@ -7,14 +7,15 @@
 //! encoding, the one directory) at a time. A shard is complete when a chunk of a later row of
 //! shards (along the first dimension) comes, and is then handed on; the last row when the
 //! walk of the array ends. A shard's chunks are packed in the order of their index within it,
-//! as `pack` wants them.
+//! as `pack` wants them. Of a chunk file only numbers are kept (its index, its place in the
+//! shard, its size): its path is made again when it is read.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
 
-use super::pack::{PackUnit, Target};
+use super::pack::{rank, Chunk, PackUnit, Target};
 use super::plan::Unit;
 use crate::store::key::dir_prefix;
 use crate::view::Node;
@@ -22,23 +23,23 @@ use crate::view::Node;
 /// The destination shards of one packed array being gathered.
 pub struct Rows<'a> {
     /// The array's directory, as a prefix of its files' paths.
-    prefix: String,
+    prefix: Arc<str>,
     target: &'a Target,
-    /// Shards whose chunks may still come, by coordinates in the shard grid: their chunks as
-    /// (index within the shard, path, node).
-    open: BTreeMap<Vec<u64>, Vec<(u64, String, Node)>>,
+    /// Shards whose chunks may still come, by coordinates in the shard grid, and their chunks.
+    open: BTreeMap<Vec<u64>, Vec<Chunk>>,
     /// The row (first shard coordinate) of the last chunk taken: rows before it are complete.
     row: u64,
     ready: Vec<Unit>,
 }
 
-/// Where a chunk file goes: its shard's coordinates and its index within the shard.
-type Placed = (Vec<u64>, u64);
+/// Where a chunk file goes: its shard's coordinates, its index within the shard and the rank of
+/// its coordinates there.
+type Placed = (Vec<u64>, u64, u64);
 
 impl<'a> Rows<'a> {
     pub fn new(dir: &str, target: &'a Target) -> Rows<'a> {
         Rows {
-            prefix: dir_prefix(dir),
+            prefix: dir_prefix(dir).into(),
             target,
             open: BTreeMap::new(),
             row: 0,
@@ -56,8 +57,8 @@ impl<'a> Rows<'a> {
                 None => others.push((path, node)),
             }
         }
-        chunks.sort_by(|a, b| a.0.cmp(&b.0));
-        for ((shard, index), path, node) in chunks {
+        chunks.sort_by(|((sa, ia, _), _, _), ((sb, ib, _), _, _)| (sa, ia).cmp(&(sb, ib)));
+        for ((shard, index, rank), path, node) in chunks {
             let row = shard.first().copied().unwrap_or(0);
             if row < self.row {
                 bail!(
@@ -69,7 +70,12 @@ impl<'a> Rows<'a> {
                 self.close_before(row);
                 self.row = row;
             }
-            self.open.entry(shard).or_default().push((index, path, node));
+            let chunk = Chunk {
+                index,
+                rank,
+                size: node.size,
+            };
+            self.open.entry(shard).or_default().push(chunk);
         }
         Ok(others)
     }
@@ -102,7 +108,7 @@ impl<'a> Rows<'a> {
     /// The shard and index within it of the chunk file at `path`, if it is one of the array.
     fn place(&self, path: &str) -> Option<Placed> {
         let t = self.target;
-        let rel = path.strip_prefix(&self.prefix)?;
+        let rel = path.strip_prefix(&*self.prefix)?;
         let coords = t.encoding.decode(rel, t.ndim)?;
         if coords.len() != t.grid.len() || coords.iter().zip(&t.grid).any(|(c, g)| c >= g) {
             return None;
@@ -119,15 +125,19 @@ impl<'a> Rows<'a> {
             .map(|(c, k)| c.checked_rem(*k))
             .collect::<Option<_>>()?;
         let index = t.level.index_of(&within)?;
-        Some((shard, index))
+        Some((shard, index, rank(&within, per)?))
     }
 }
 
-fn unit(prefix: &str, target: &Target, shard: &[u64], mut chunks: Vec<(u64, String, Node)>) -> Unit {
-    chunks.sort_by_key(|(i, _, _)| *i);
+fn unit(prefix: &Arc<str>, target: &Target, shard: &[u64], mut chunks: Vec<Chunk>) -> Unit {
+    chunks.sort_by_key(|c| c.index);
+    chunks.shrink_to_fit();
     Unit::Pack(Arc::new(PackUnit {
         key: format!("{prefix}{}", target.encoding.encode(shard)),
         chunks,
+        prefix: prefix.clone(),
+        shard: shard.to_vec(),
+        encoding: target.encoding,
         level: target.level.clone(),
     }))
 }

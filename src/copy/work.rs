@@ -1,8 +1,9 @@
 //! Copying a part's units: each unit's files (a shard's chunk files, from its index; or the
 //! one file), many at a time, each read through the view and written whole to DEST.
 //!
-//! The units' file lists are found `--jobs` units ahead of the copying (a shard's index read
-//! brings its bytes along on a remote source, see `view::copy_units`), and the files of all
+//! The units' file lists are found up to `--jobs` units ahead of the copying (a shard's index
+//! read brings its bytes along on a remote source, see `view::copy_units`), as far as the keys
+//! they hold allow ([`super::ahead`]), and the files of all
 //! of them flow through one pool of `--jobs` copies, so a small shard does not hold the pool
 //! back. A file DEST already holds at its full size is skipped when DEST was not empty at the
 //! start (a rerun, or another part's machine); `--verify` compares bytes instead, rewrites
@@ -16,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use futures::StreamExt;
 
+use super::ahead::Ahead;
 use super::dest::Dest;
 use super::pack::PackUnit;
 use super::plan::Unit;
@@ -44,6 +46,8 @@ pub struct Work<'a> {
     pub verify: bool,
     /// What shards being packed may hold (see `pack`).
     pub packing: tokio::sync::Semaphore,
+    /// Keys held ahead of and by the copying (see [`super::ahead`]).
+    pub keys_ahead: u64,
 }
 
 /// What a file of DEST is made from.
@@ -99,6 +103,8 @@ impl Content {
 struct UnitState {
     /// Keys held for it (see `Tally::held`): its own and its files'.
     held: u64,
+    /// Keys it was let in with (see `ahead`).
+    ahead_keys: u64,
     size: u64,
     shard: bool,
     remaining: AtomicUsize,
@@ -108,21 +114,33 @@ struct UnitState {
 impl Work<'_> {
     /// Copy every file of `units`, in order.
     pub async fn run(&self, units: impl futures::Stream<Item = Unit>) -> Result<()> {
+        let ahead = &Ahead::new(self.keys_ahead);
         let files = units
-            .map(|unit| async move {
-                let files = self.files_of(&unit).await;
-                (unit, files)
+            // Let in one at a time, in order (see `ahead`): a stored shard's keys are known
+            // once its files are found, any other unit's now.
+            .then(|unit| async move {
+                let known = (!matches!(unit, Unit::Shard(_))).then(|| unit.entries());
+                ahead.enter(known).await;
+                (unit, known)
             })
-            .buffered(units_ahead(self.jobs))
-            .flat_map(|(unit, files)| {
+            .map(|(unit, known)| async move {
+                let files = self.files_of(&unit).await;
                 // A stored shard's files are found here: they are held until it is done.
                 let found = match (&unit, &files) {
                     (Unit::Shard(_), Ok(files)) => files.len() as u64,
                     _ => 0,
                 };
                 self.tally.held.take(found);
+                if known.is_none() {
+                    ahead.found(found);
+                }
+                (unit, files, found, known.unwrap_or(found))
+            })
+            .buffered(units_ahead(self.jobs))
+            .flat_map(|(unit, files, found, ahead_keys)| {
                 let state = Arc::new(UnitState {
                     held: unit.entries() + found,
+                    ahead_keys,
                     size: unit.size(),
                     shard: matches!(unit, Unit::Shard(_) | Unit::Pack(_)),
                     remaining: AtomicUsize::new(0),
@@ -137,7 +155,7 @@ impl Work<'_> {
                 };
                 state.remaining.store(files.len(), Relaxed);
                 if files.is_empty() {
-                    self.unit_done(&state);
+                    self.unit_done(&state, ahead);
                 }
                 futures::stream::iter(
                     files
@@ -154,7 +172,7 @@ impl Work<'_> {
                 state.file_bytes.fetch_add(size, Relaxed);
                 self.tally.progress_bytes.fetch_add(size, Relaxed);
                 if state.remaining.fetch_sub(1, Relaxed) == 1 {
-                    self.unit_done(&state);
+                    self.unit_done(&state, ahead);
                 }
             })
             .buffer_unordered(self.jobs.max(1));
@@ -168,8 +186,9 @@ impl Work<'_> {
         Ok(())
     }
 
-    fn unit_done(&self, state: &UnitState) {
+    fn unit_done(&self, state: &UnitState, ahead: &Ahead) {
         self.tally.held.give(state.held);
+        ahead.done(state.ahead_keys);
         let rest = state.size.saturating_sub(state.file_bytes.load(Relaxed));
         self.tally.progress_bytes.fetch_add(rest, Relaxed);
         self.tally.units_done.fetch_add(1, Relaxed);
@@ -284,6 +303,19 @@ pub(super) async fn read_whole(view: &Arc<View>, node: &Node, path: &str) -> Res
     super::on_task(async move {
         let bytes = view.read(&node, 0, node.size).await;
         bytes.with_context(|| format!("cannot read {path}"))
+    })
+    .await
+}
+
+/// The whole of the file at `path` of the view, read as a task of its own; none there is an
+/// error (see `View::read_path`).
+pub(super) async fn read_path(view: &Arc<View>, path: &str) -> Result<Bytes> {
+    let (view, path) = (view.clone(), path.to_string());
+    super::on_task(async move {
+        let bytes = view.read_path(&path).await;
+        bytes
+            .with_context(|| format!("cannot read {path}"))?
+            .with_context(|| format!("{path}: gone"))
     })
     .await
 }

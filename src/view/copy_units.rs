@@ -8,9 +8,12 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::nodes::ShardedNode;
-use super::{Node, Place, Source, View, ViewError};
+use super::{At, Node, Place, Source, View, ViewError};
 use crate::store::key::dir_prefix;
+use crate::store::GetOptions;
 
 /// A stored shard of a sharded array the view shows unsharded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,5 +118,20 @@ impl View {
                 (path, node)
             })
             .collect())
+    }
+
+    /// The whole of the file at `path`, for a copy that kept the paths of what it listed and
+    /// not their nodes (`--shard` gathering millions of chunk files): a file the store holds
+    /// under that name is read with one request, nothing looked up first; any other file is
+    /// looked up and read. `None`: no file there.
+    pub async fn read_path(&self, path: &str) -> Result<Option<Bytes>, ViewError> {
+        let at = self.locate(path).await?;
+        if let At::Stored { within: None } = &at.at {
+            return Ok(self.store.get(path, GetOptions::default()).await?.map(|got| got.bytes));
+        }
+        match self.node(&at).await? {
+            Some(node) if !node.is_dir() => Ok(Some(self.read(&node, 0, node.size).await?)),
+            _ => Ok(None),
+        }
     }
 }
