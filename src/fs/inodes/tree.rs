@@ -424,3 +424,51 @@ impl Tables {
         self.inodes.slots() * std::mem::size_of::<Inode>() + self.inodes.free_bytes() + index
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn churn_of_three_times_the_inodes_held_keeps_the_tables_within_their_bound() {
+        // A walk of 300,000 files while the kernel holds the last 100,000 (pruning): the
+        // tables take what 100,000 inodes take, at every moment.
+        const HELD: usize = 100_000;
+        let mut t = Tables::new();
+        let mut held = std::collections::VecDeque::new();
+        let mut peak = 0;
+        for i in 0..3 * HELD {
+            let ino = t.at(&format!("c/{}/{}", i / 1000, i % 1000));
+            t.inodes.get_mut(&ino).expect("just made").lookups = 1;
+            held.push_back(ino);
+            if held.len() > HELD {
+                let old = held.pop_front().expect("held");
+                t.inodes.get_mut(&old).expect("held").lookups = 0;
+                t.drop_if_unused(old);
+            }
+            peak = peak.max(t.bytes());
+        }
+        assert_eq!(
+            t.inodes.len(),
+            HELD + 1 + 1 + 100,
+            "the files, the root, c and their 100 directories"
+        );
+        let bound = (HELD + 200) * MAX_BYTES_PER_INODE;
+        assert!(peak <= bound, "{peak} bytes at most for {HELD} inodes, bound {bound}");
+        assert!(t.inodes.slots() <= HELD + 300, "{} slots", t.inodes.slots());
+        // Every name still finds its inode, and only its own.
+        let last = *held.back().expect("held");
+        assert_eq!(
+            t.find(&format!("c/{}/{}", (3 * HELD - 1) / 1000, (3 * HELD - 1) % 1000)),
+            Some(last)
+        );
+        assert_eq!(t.find("c/0/0"), None);
+        // The kernel forgets everything: the tables go back to almost nothing.
+        for ino in held.drain(..) {
+            t.inodes.get_mut(&ino).expect("held").lookups = 0;
+            t.drop_if_unused(ino);
+        }
+        assert_eq!(t.inodes.len(), 1);
+        assert!(t.bytes() < 64 << 10, "{} bytes kept for the root", t.bytes());
+    }
+}
