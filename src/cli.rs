@@ -267,11 +267,12 @@ pub struct MountArgs {
     /// ones).
     #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = "Caching")]
     pub prefetch_size: Option<u64>,
-    /// The most inodes the daemon keeps for files and directories the kernel has seen (about 82
-    /// to 164 bytes each); beyond it the kernel is asked to forget the directories walked
-    /// longest ago (default 1048576). A walk of more files than this (du, ls -l, rsync of
-    /// millions of chunk files) then keeps memory bounded, and a walk again looks them up anew.
-    /// At least 1024.
+    /// The most inodes the daemon keeps for files and directories the kernel has seen (about 70
+    /// to 79 bytes each); beyond it the kernel is asked to forget the directories walked
+    /// longest ago (default 1048576, and never more than fit in 48 MiB and the part of
+    /// --cache-size that shard indexes do not take). A walk of more files than this (du, ls -l,
+    /// rsync of millions of chunk files) then keeps memory bounded, and a walk again looks them
+    /// up anew. At least 1024.
     #[arg(long, value_name = "N", help_heading = "Caching")]
     pub max_inodes: Option<usize>,
     /// Memory for the content of files being written, in bytes (suffixes K, M, G); beyond it

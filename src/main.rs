@@ -1,6 +1,7 @@
 use clap::Parser;
 
 fn main() {
+    zarrfs::allocator::configure();
     // `zarrfs SOURCE DIR -o OPTIONS` (the FUSE mount helper's form) and `-o` lists become
     // ordinary arguments first.
     let argv = zarrfs::mount_options::expand(std::env::args_os().collect(), &zarrfs::cli::mount_long_options());

@@ -7,6 +7,9 @@ use std::time::Duration;
 use super::inodes::Place;
 use super::{Attr, Fs, FsError, FsResult, Node};
 
+/// Memory for the inode table beyond `--cache-size` (see [`Fs::inodes_fitting`]).
+pub const INODE_MEMORY: usize = 48 << 20;
+
 impl Fs {
     /// The inode and attributes a name is handed to the kernel with (one lookup counted). A
     /// file's inode never changes size: another size gets another inode (see
@@ -37,6 +40,14 @@ impl Fs {
     /// Inodes the mount keeps now.
     pub fn inodes_held(&self) -> usize {
         self.inodes.len()
+    }
+
+    /// Inodes whose memory fits beside the caches (see `fuse/pruning.rs`): the memory the
+    /// daemon takes beyond `--cache-size` is [`INODE_MEMORY`] for the inode table and 16 MiB
+    /// for all else, and while the cache of shard indexes is not full the table may use what
+    /// it has not taken yet (a walk of a million files fills a quarter of the default cache).
+    pub fn inodes_fitting(&self) -> usize {
+        (self.view.cache_room() + INODE_MEMORY) / super::inodes::InodeTable::MAX_BYTES_PER_INODE
     }
 
     /// Names (a directory inode and a name in it) the kernel should forget so that about

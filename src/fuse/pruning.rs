@@ -5,6 +5,12 @@
 //! names walked longest ago (`FUSE_NOTIFY_INVAL_ENTRY`, usually a whole chunk directory at
 //! once); the kernel drops those dentries, and their inodes' FORGETs empty the table.
 //!
+//! The limit is also what fits in memory: the daemon keeps to `--cache-size` and 64 MiB more,
+//! so the table holds no more inodes than fit in 48 MiB and the part of the cache of shard
+//! indexes not yet taken (`Fs::inodes_fitting`). A walk of a million files leaves most of the
+//! default cache free and keeps every inode (walking it again asks nothing); a walk of ten
+//! million fills the cache, and keeps some 600,000 inodes.
+//!
 //! Never from a request's thread: an invalidation waits for the directory's lock, which a
 //! request in flight in that directory may hold. A name the kernel no longer has is an error
 //! from the kernel, and harmless. A forgotten file is looked up again the next time it is
@@ -58,8 +64,10 @@ impl Pruner {
     }
 }
 
-/// One look: above `max`, ask the kernel to forget enough to come back to 7/8 of it.
+/// One look: above `max` (or what fits in memory), ask the kernel to forget enough to come
+/// back to 7/8 of it.
 fn prune(fs: &Fs, notifier: &Notifier, max: usize) {
+    let max = max.min(fs.inodes_fitting());
     let held = fs.inodes_held();
     if held <= max {
         return;

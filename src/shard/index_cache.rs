@@ -142,6 +142,12 @@ impl IndexCache {
         state.lru.put(key, value);
     }
 
+    /// Bytes the cache may still take before it is full (the inode table's memory grows
+    /// into them meanwhile: see `fuse/pruning.rs`).
+    pub fn room(&self) -> usize {
+        self.capacity.saturating_sub(lock(&self.state).used)
+    }
+
     /// Drop every entry (the store changed in ways not known).
     pub fn clear(&self) {
         let mut state = lock(&self.state);

@@ -127,6 +127,11 @@ impl View {
         }
     }
 
+    /// Bytes the cache of shard indexes may still take before it is full.
+    pub fn cache_room(&self) -> usize {
+        self.nodes.index_cache.room()
+    }
+
     /// The store the view reads through.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store

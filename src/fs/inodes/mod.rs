@@ -9,15 +9,16 @@
 //!
 //! Every reply that hands the kernel an inode (lookup, readdirplus) counts one lookup; `forget`
 //! gives them back. An inode is dropped when the kernel holds no lookup of it and the mount
-//! holds nothing for it (nor for any inode below it). Numbers are never reused, so a generation number of zero is always
+//! holds nothing for it (nor for any inode below it). Numbers are never reused (a slot taken again
+//! gets a new generation in the number's high half: `slab.rs`), so a generation number of zero is always
 //! valid. The root is inode 1 and is never dropped. One mutex guards the table; nothing is
 //! awaited while it is held.
 
 mod caching;
 mod forgetting;
 mod held;
-mod ino_hash;
 mod sizes;
+mod slab;
 mod tree;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -165,6 +166,9 @@ impl InodeTable {
     pub fn names_in(&self, dir: u64) -> Vec<String> {
         self.lock().names_in(dir)
     }
+
+    /// The most an inode takes in the table, with the index's free slots (see `tree.rs`).
+    pub const MAX_BYTES_PER_INODE: usize = tree::MAX_BYTES_PER_INODE;
 
     /// Bytes the table's entries take (see `tree.rs`).
     pub fn bytes(&self) -> usize {

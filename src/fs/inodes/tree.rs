@@ -1,24 +1,25 @@
-//! How the inode table keeps names: as a tree, each inode holding its parent's number and its
-//! own name, as the kernel's dentries do, instead of its whole path.
+//! How the inode table keeps names: as a tree, each inode holding its parent and its own
+//! name, as the kernel's dentries do, instead of its whole path.
 //!
 //! A mount of a dataset with millions of chunk files hands the kernel an inode for every file
 //! a walk (`du`, `ls -l`, `rsync`) touches, and the kernel holds them until memory pressure
-//! makes it forget them. What each costs here is therefore what a walk costs in memory: an
-//! entry of [`Inode`] (72 bytes with its key; a chunk file's name, at most 24 bytes, is held
-//! inline, with no allocation of its own) and 8 bytes in the index of names: 82 bytes with the
-//! hash tables' control bytes, and up to twice that while the tables have free slots. The rare things
-//! (a file held in memory, the content a reader found) live in side tables keyed by inode.
+//! makes it forget them (or `fuse/pruning.rs` asks it to). What each costs here is therefore
+//! what a walk costs in memory: an [`Inode`] of 64 bytes in a slot of the slab (`slab.rs`: as
+//! many slots as the most inodes held at once; a chunk file's name, at most 24 bytes, is held
+//! inline, with no allocation of its own) and a 4-byte slot number in the index of names: about
+//! 70 bytes, at most 76 while the index has free slots. The rare things (a file held in memory,
+//! the content a reader found) live in side tables keyed by inode.
 //!
-//! The index of names is a `hashbrown` [`HashTable`] of inode numbers, hashed by (parent,
-//! name): the name is stored once, in its inode. Paths are put together on demand by walking
-//! up to the root (a few steps: a chunk file is at most a few directories deep). An inode keeps
-//! its parent alive (it counts as one of its `children`), so a held file's directories stay
-//! known while the kernel holds nothing of them.
+//! The index of names is a `hashbrown` [`HashTable`] of slots, hashed by (parent, name): the
+//! name is stored once, in its inode. Paths are put together on demand by walking up to the
+//! root (a few steps: a chunk file is at most a few directories deep). An inode keeps its
+//! parent alive (it counts as one of its `children`), so a held file's directories stay known
+//! while the kernel holds nothing of them, and a parent is named by its slot alone.
 //!
 //! Tables shrink as the kernel forgets: a hash table never gives memory back by itself, so one
 //! at less than a quarter of its capacity is shrunk to twice its length (amortized: each
-//! shrink follows as many removals as it moves entries), and the C allocator is asked to give
-//! freed pages back to the system.
+//! shrink follows as many removals as it moves entries), the slab gives back its free end, and
+//! the C allocator is asked to give freed pages back to the system.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use compact_str::CompactString;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::held::Local;
+use super::slab::Slab;
 use super::{Place, ROOT_INO};
 use crate::view::ContentId;
 
@@ -43,9 +45,13 @@ pub(super) const DIRECT: u8 = 16;
 /// Its name was given another inode so that its size never changes (see `caching.rs`).
 pub(super) const RETIRED: u8 = 32;
 
-/// What one inode takes in the tables: its entry and its slot in the index, each with the
-/// hash table's control byte.
-pub(super) const BYTES_PER_INODE: usize = std::mem::size_of::<(u64, Inode)>() + std::mem::size_of::<u64>() + 2;
+/// What one inode takes in the tables: its slot in the slab, and its slot number in the index
+/// with the hash table's control byte.
+pub(super) const BYTES_PER_INODE: usize = std::mem::size_of::<Inode>() + std::mem::size_of::<u32>() + 1;
+const _: () = assert!(BYTES_PER_INODE <= 72);
+/// The same with the index at its emptiest (7/16 full, just grown) and the slab's heap of free
+/// slots.
+pub(super) const MAX_BYTES_PER_INODE: usize = std::mem::size_of::<Inode>() + 16 * 5 / 7 + 4;
 
 /// Below this many entries a table is never shrunk.
 const MIN_SHRINK: usize = 4096;
@@ -56,7 +62,12 @@ const MAX_DEPTH: usize = 4096;
 
 #[derive(Debug)]
 pub(super) struct Inode {
-    pub(super) parent: u64,
+    /// The slot of the parent (alive while this inode is: see [`Slab::number_at`]).
+    parent: u32,
+    /// The slab's generation of this inode's slot (the high half of its number).
+    pub(super) generation: u32,
+    /// When it was made, in inodes made by the mount (wrapping): the oldest go first.
+    pub(super) born: u32,
     pub(super) name: CompactString,
     /// Lookups the kernel holds (saturating: a count that cannot go higher never drops it).
     pub(super) lookups: u32,
@@ -69,6 +80,21 @@ pub(super) struct Inode {
 }
 
 impl Inode {
+    /// A new inode named `name` in directory `parent`, not attached, with no lookup.
+    pub(super) fn new(parent: u64, name: &str) -> Self {
+        Inode {
+            parent: Slab::slot_of(parent),
+            generation: 0,
+            born: 0,
+            name: CompactString::from(name),
+            lookups: 0,
+            children: 0,
+            shown_size: 0,
+            shown_mtime_ns: 0,
+            flags: 0,
+        }
+    }
+
     pub(super) fn unlinked(&self) -> bool {
         self.flags & UNLINKED != 0
     }
@@ -112,8 +138,8 @@ impl Inode {
 
 #[derive(Debug)]
 pub(super) struct Tables {
-    pub(super) inodes: hashbrown::HashMap<u64, Inode, super::ino_hash::InoHash>,
-    index: HashTable<u64>,
+    pub(super) inodes: Slab,
+    index: HashTable<u32>,
     hasher: DefaultHashBuilder,
     /// What the mount holds beyond the store, by inode.
     pub(super) held: HashMap<u64, Local>,
@@ -122,22 +148,16 @@ pub(super) struct Tables {
     pub(super) held_paths: BTreeSet<Arc<str>>,
     /// What the last reader to open each inode found (the kernel's cached pages hold these).
     pub(super) content: hashbrown::HashMap<u64, ContentId>,
-    next: u64,
+    /// Inodes made so far (wrapping; see [`Inode::born`]).
+    made: u32,
 }
 
 impl Tables {
     pub(super) fn new() -> Self {
-        let mut inodes = hashbrown::HashMap::with_hasher(super::ino_hash::InoHash);
-        let root = Inode {
-            parent: ROOT_INO,
-            name: CompactString::default(),
-            lookups: 1,
-            children: 0,
-            shown_size: 0,
-            shown_mtime_ns: 0,
-            flags: ATTACHED,
-        };
-        inodes.insert(ROOT_INO, root);
+        let mut root = Inode::new(ROOT_INO, "");
+        root.lookups = 1;
+        root.flags = ATTACHED;
+        let inodes = Slab::new(root);
         Tables {
             inodes,
             index: HashTable::new(),
@@ -145,29 +165,45 @@ impl Tables {
             held: HashMap::new(),
             held_paths: BTreeSet::new(),
             content: hashbrown::HashMap::new(),
-            next: ROOT_INO + 1,
+            made: 0,
         }
     }
 
-    fn hash(hasher: &DefaultHashBuilder, parent: u64, name: &str) -> u64 {
+    fn hash(hasher: &DefaultHashBuilder, parent: u32, name: &str) -> u64 {
         use std::hash::BuildHasher;
         hasher.hash_one((parent, name))
     }
 
+    /// The number of `inode`'s parent.
+    pub(super) fn parent_of(&self, inode: &Inode) -> u64 {
+        self.inodes.number_at(inode.parent).unwrap_or(ROOT_INO)
+    }
+
     /// The attached inode named `name` in `parent`.
     fn child(&self, parent: u64, name: &str) -> Option<u64> {
+        self.inodes.get(&parent)?;
+        let parent = Slab::slot_of(parent);
         let hash = Self::hash(&self.hasher, parent, name);
         let inodes = &self.inodes;
-        let named = |ino: &u64| inodes.get(ino).is_some_and(|i| i.parent == parent && i.name == name);
-        self.index.find(hash, named).copied()
+        let named = |slot: &u32| {
+            inodes
+                .at_slot(*slot)
+                .is_some_and(|i| i.parent == parent && i.name == name)
+        };
+        let slot = *self.index.find(hash, named)?;
+        self.inodes.number_at(slot)
     }
 
     /// The names of the attached inodes in `dir` (a look at every inode: for rare events).
     pub(super) fn names_in(&self, dir: u64) -> Vec<String> {
-        let in_dir = |(&ino, i): (&u64, &Inode)| ino != ROOT_INO && i.parent == dir && i.is_attached();
+        let slot = Slab::slot_of(dir);
+        let in_dir = |(ino, i): &(u64, &Inode)| *ino != ROOT_INO && i.parent == slot && i.is_attached();
+        if !self.inodes.contains_key(&dir) {
+            return Vec::new();
+        }
         self.inodes
             .iter()
-            .filter(|e| in_dir(*e))
+            .filter(in_dir)
             .map(|(_, i)| i.name.to_string())
             .collect()
     }
@@ -219,18 +255,14 @@ impl Tables {
     }
 
     fn create(&mut self, parent: u64, name: &str) -> u64 {
-        let ino = self.next;
-        self.next += 1;
-        let inode = Inode {
-            parent,
-            name: CompactString::from(name),
-            lookups: 0,
-            children: 0,
-            shown_size: 0,
-            shown_mtime_ns: 0,
-            flags: 0,
+        let mut inode = Inode::new(parent, name);
+        inode.born = self.made;
+        self.made = self.made.wrapping_add(1);
+        // Every slot taken would be 2^32 inodes held, 256 GiB: never so; the name is then
+        // the root's, as a lookup that finds nothing new.
+        let Some(ino) = self.inodes.insert(inode) else {
+            return ROOT_INO;
         };
-        self.inodes.insert(ino, inode);
         if let Some(p) = self.inodes.get_mut(&parent) {
             p.children = p.children.saturating_add(1);
         }
@@ -246,8 +278,8 @@ impl Tables {
         inode.flags |= ATTACHED;
         let hash = Self::hash(&self.hasher, inode.parent, &inode.name);
         let (inodes, hasher) = (&self.inodes, &self.hasher);
-        let rehash = |i: &u64| inodes.get(i).map_or(0, |n| Self::hash(hasher, n.parent, &n.name));
-        self.index.insert_unique(hash, ino, rehash);
+        let rehash = |s: &u32| inodes.at_slot(*s).map_or(0, |n| Self::hash(hasher, n.parent, &n.name));
+        self.index.insert_unique(hash, Slab::slot_of(ino), rehash);
     }
 
     /// Take `ino` out of the index: no name leads to it any more.
@@ -257,9 +289,15 @@ impl Tables {
         };
         inode.flags &= !ATTACHED;
         let hash = Self::hash(&self.hasher, inode.parent, &inode.name);
-        if let Ok(entry) = self.index.find_entry(hash, |i| *i == ino) {
+        let slot = Slab::slot_of(ino);
+        if let Ok(entry) = self.index.find_entry(hash, |s| *s == slot) {
             entry.remove();
         }
+    }
+
+    /// Inodes made so far (wrapping: see [`Inode::born`]).
+    pub(super) fn made(&self) -> u32 {
+        self.made
     }
 
     pub(super) fn attached(&self, ino: u64) -> bool {
@@ -273,7 +311,7 @@ impl Tables {
         while at != ROOT_INO {
             let inode = self.inodes.get(&at)?;
             names.push(inode.name.as_str());
-            at = inode.parent;
+            at = self.parent_of(inode);
             if names.len() > MAX_DEPTH {
                 return None;
             }
@@ -301,11 +339,12 @@ impl Tables {
                 return;
             };
             self.content.remove(&ino);
-            if let Some(parent) = self.inodes.get_mut(&inode.parent) {
+            let parent_ino = self.inodes.number_at(inode.parent).unwrap_or(ROOT_INO);
+            if let Some(parent) = self.inodes.get_mut(&parent_ino) {
                 parent.children = parent.children.saturating_sub(1);
             }
             self.shrink();
-            ino = inode.parent;
+            ino = parent_ino;
         }
     }
 
@@ -344,8 +383,9 @@ impl Tables {
         let Some(inode) = self.inodes.get_mut(&ino) else {
             return replaced;
         };
-        let old_parent = std::mem::replace(&mut inode.parent, new_parent);
+        let old_parent = std::mem::replace(&mut inode.parent, Slab::slot_of(new_parent));
         inode.name = CompactString::from(name);
+        let old_parent = self.inodes.number_at(old_parent).unwrap_or(ROOT_INO);
         if let Some(p) = self.inodes.get_mut(&new_parent) {
             p.children = p.children.saturating_add(1);
         }
@@ -363,22 +403,72 @@ impl Tables {
 
     /// Give memory back once the tables are mostly empty (see the module's documentation).
     fn shrink(&mut self) {
-        let (len, capacity) = (self.inodes.len(), self.inodes.capacity());
-        if capacity < MIN_SHRINK || len * 4 > capacity {
-            return;
+        let (len, capacity) = (self.index.len(), self.index.capacity());
+        let index = capacity >= MIN_SHRINK && len * 4 <= capacity;
+        if index {
+            let (inodes, hasher) = (&self.inodes, &self.hasher);
+            let rehash = |s: &u32| inodes.at_slot(*s).map_or(0, |n| Self::hash(hasher, n.parent, &n.name));
+            self.index.shrink_to(len * 2, rehash);
+            self.content.shrink_to(self.content.len() * 2);
         }
-        self.inodes.shrink_to(len * 2);
-        let (inodes, hasher) = (&self.inodes, &self.hasher);
-        let rehash = |i: &u64| inodes.get(i).map_or(0, |n| Self::hash(hasher, n.parent, &n.name));
-        self.index.shrink_to(self.index.len() * 2, rehash);
-        self.content.shrink_to(self.content.len() * 2);
-        crate::allocator::give_back_freed_memory();
+        if self.inodes.shrink(MIN_SHRINK) || index {
+            crate::allocator::give_back_freed_memory();
+        }
     }
 
     /// Memory held by the tables' entries, in bytes (not counting names too long to be inline,
-    /// nor what the mount holds for files).
+    /// nor what the mount holds for files): the slab's slots (used or free) and the index's
+    /// (with their control bytes).
     pub(super) fn bytes(&self) -> usize {
-        let slots = self.inodes.capacity().max(self.index.capacity());
-        slots * BYTES_PER_INODE
+        let index = self.index.capacity() * 8 / 7 * (std::mem::size_of::<u32>() + 1);
+        self.inodes.slots() * std::mem::size_of::<Inode>() + self.inodes.free_bytes() + index
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn churn_of_three_times_the_inodes_held_keeps_the_tables_within_their_bound() {
+        // A walk of 300,000 files while the kernel holds the last 100,000 (pruning): the
+        // tables take what 100,000 inodes take, at every moment.
+        const HELD: usize = 100_000;
+        let mut t = Tables::new();
+        let mut held = std::collections::VecDeque::new();
+        let mut peak = 0;
+        for i in 0..3 * HELD {
+            let ino = t.at(&format!("c/{}/{}", i / 1000, i % 1000));
+            t.inodes.get_mut(&ino).expect("just made").lookups = 1;
+            held.push_back(ino);
+            if held.len() > HELD {
+                let old = held.pop_front().expect("held");
+                t.inodes.get_mut(&old).expect("held").lookups = 0;
+                t.drop_if_unused(old);
+            }
+            peak = peak.max(t.bytes());
+        }
+        assert_eq!(
+            t.inodes.len(),
+            HELD + 1 + 1 + 100,
+            "the files, the root, c and their 100 directories"
+        );
+        let bound = (HELD + 200) * MAX_BYTES_PER_INODE;
+        assert!(peak <= bound, "{peak} bytes at most for {HELD} inodes, bound {bound}");
+        assert!(t.inodes.slots() <= HELD + 300, "{} slots", t.inodes.slots());
+        // Every name still finds its inode, and only its own.
+        let last = *held.back().expect("held");
+        assert_eq!(
+            t.find(&format!("c/{}/{}", (3 * HELD - 1) / 1000, (3 * HELD - 1) % 1000)),
+            Some(last)
+        );
+        assert_eq!(t.find("c/0/0"), None);
+        // The kernel forgets everything: the tables go back to almost nothing.
+        for ino in held.drain(..) {
+            t.inodes.get_mut(&ino).expect("held").lookups = 0;
+            t.drop_if_unused(ino);
+        }
+        assert_eq!(t.inodes.len(), 1);
+        assert!(t.bytes() < 64 << 10, "{} bytes kept for the root", t.bytes());
     }
 }
