@@ -309,6 +309,10 @@ impl Fs {
             Some((content, size)) => self.inodes.open_reader(ino, content, size, self.config.writable),
             _ => ReadMode::Direct,
         };
+        // Counted until its release (which the kernel cannot send before this reply).
+        if matches!(mode, ReadMode::Cached { .. }) && !self.files.get(fh).is_some_and(|h| h.mark_cached()) {
+            self.inodes.cached_reader_closed(ino);
+        }
         Ok(Opened {
             fh,
             keep_cache: mode == ReadMode::Cached { keep: true },
@@ -331,7 +335,13 @@ impl Fs {
     /// A handle, and for a reader of stored bytes the content id of what it opened and its
     /// size (a file being written has none: it is read direct).
     async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<(u64, Option<Stored>)> {
-        let at = self.view.locate(&self.path_of(ino)?).await?;
+        let path = match self.path_of(ino) {
+            // Its name was removed or replaced through this mount after the kernel looked it
+            // up: a truncating writer gets the removed file (see `open_replaced`), not ESTALE.
+            Err(FsError::Replaced) if write => return Ok((self.open_replaced(ino, truncate)?, None)),
+            path => path?,
+        };
+        let at = self.view.locate(&path).await?;
         if write {
             return Ok((self.open_write(Some(ino), &at, truncate, true).await?, None));
         }

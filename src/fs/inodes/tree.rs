@@ -122,6 +122,8 @@ pub(super) struct Tables {
     pub(super) held_paths: BTreeSet<Arc<str>>,
     /// What the last reader to open each inode found (the kernel's cached pages hold these).
     pub(super) content: hashbrown::HashMap<u64, ContentId>,
+    /// Handles open through the page cache, by inode (see `caching.rs`).
+    pub(super) cached_open: hashbrown::HashMap<u64, u32>,
     next: u64,
 }
 
@@ -145,6 +147,7 @@ impl Tables {
             held: HashMap::new(),
             held_paths: BTreeSet::new(),
             content: hashbrown::HashMap::new(),
+            cached_open: hashbrown::HashMap::new(),
             next: ROOT_INO + 1,
         }
     }
