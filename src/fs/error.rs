@@ -243,6 +243,25 @@ impl ErrorLog {
     }
 }
 
+impl super::Fs {
+    /// Log a failed operation (at the level its error deserves) and hand the errno back.
+    pub fn fail(&self, op: &str, ino: u64, e: &FsError) -> i32 {
+        let path = self.inodes.path(ino);
+        self.errors.record(op, path.as_deref().unwrap_or("?"), e);
+        e.errno()
+    }
+
+    /// What symbolic links, device nodes and extended attributes get: a Zarr store cannot
+    /// hold them.
+    pub fn cannot_represent(&self) -> FsError {
+        if self.config.writable {
+            FsError::NotPermitted
+        } else {
+            FsError::ReadOnly
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,9 @@ pub struct ReadHandle {
     /// The inode it was opened at (an unlinked one is still read through it).
     pub ino: u64,
     pub file: OpenFile,
+    /// Given the page cache: counted by the inode table until released (see
+    /// `fs/inodes/caching.rs`).
+    pub cached: AtomicBool,
 }
 
 /// A handle of a file being written: its buffered content, shared by the handles of its name.
@@ -58,7 +61,22 @@ pub struct WriteHandle {
 
 impl FileHandle {
     pub fn reader(ino: u64, file: OpenFile) -> Self {
-        FileHandle::Read(ReadHandle { ino, file })
+        FileHandle::Read(ReadHandle {
+            ino,
+            file,
+            cached: AtomicBool::new(false),
+        })
+    }
+
+    /// Mark a reader as given the page cache (see [`ReadHandle::cached`]); false for a writer.
+    pub fn mark_cached(&self) -> bool {
+        match self {
+            FileHandle::Read(r) => {
+                r.cached.store(true, Ordering::SeqCst);
+                true
+            }
+            FileHandle::Write(_) => false,
+        }
     }
 
     /// The inode the handle was opened at.

@@ -170,17 +170,6 @@ impl Fs {
         &self.view
     }
 
-    /// Log a failed operation (at the level its error deserves) and hand the errno back.
-    /// What symbolic links, device nodes and extended attributes get: a Zarr store cannot
-    /// hold them.
-    pub fn cannot_represent(&self) -> FsError {
-        if self.config.writable {
-            FsError::NotPermitted
-        } else {
-            FsError::ReadOnly
-        }
-    }
-
     /// A setattr that changes nothing stored (modes, owners, times): accepted on a writable
     /// mount, the attributes shown as before.
     pub async fn setattr_unchanged(&self, ino: u64) -> FsResult<Attr> {
@@ -188,12 +177,6 @@ impl Fs {
             return Err(FsError::ReadOnly);
         }
         self.attr_now(ino).await
-    }
-
-    pub fn fail(&self, op: &str, ino: u64, e: &FsError) -> i32 {
-        let path = self.inodes.path(ino);
-        self.errors.record(op, path.as_deref().unwrap_or("?"), e);
-        e.errno()
     }
 
     /// The path of `ino`; none once its name was removed through this mount (the name now
@@ -309,6 +292,10 @@ impl Fs {
             Some((content, size)) => self.inodes.open_reader(ino, content, size, self.config.writable),
             _ => ReadMode::Direct,
         };
+        // Counted until its release (which the kernel cannot send before this reply).
+        if matches!(mode, ReadMode::Cached { .. }) && !self.files.get(fh).is_some_and(|h| h.mark_cached()) {
+            self.inodes.cached_reader_closed(ino);
+        }
         Ok(Opened {
             fh,
             keep_cache: mode == ReadMode::Cached { keep: true },
@@ -331,7 +318,13 @@ impl Fs {
     /// A handle, and for a reader of stored bytes the content id of what it opened and its
     /// size (a file being written has none: it is read direct).
     async fn open_handle(&self, ino: u64, write: bool, truncate: bool) -> FsResult<(u64, Option<Stored>)> {
-        let at = self.view.locate(&self.path_of(ino)?).await?;
+        let path = match self.path_of(ino) {
+            // Its name was removed or replaced through this mount after the kernel looked it
+            // up: a truncating writer gets the removed file (see `open_replaced`), not ESTALE.
+            Err(FsError::Replaced) if write => return Ok((self.open_replaced(ino, truncate)?, None)),
+            path => path?,
+        };
+        let at = self.view.locate(&path).await?;
         if write {
             return Ok((self.open_write(Some(ino), &at, truncate, true).await?, None));
         }

@@ -251,8 +251,10 @@ impl Fs {
             }
         }
         if let Some(handle) = self.files.remove(fh) {
-            if let Some(writer) = handle.written() {
-                self.inodes.close_file(writer.ino, &writer.file);
+            match &*handle {
+                FileHandle::Write(writer) => self.inodes.close_file(writer.ino, &writer.file),
+                FileHandle::Read(r) if r.cached.load(Ordering::SeqCst) => self.inodes.cached_reader_closed(r.ino),
+                FileHandle::Read(_) => {}
             }
         }
     }

@@ -4,16 +4,25 @@
 //! The hazard (see `sizes.rs`): the kernel fills a cached page from a short answer
 //! with zeros and keeps them when an attribute of the inode changed while the read was in
 //! flight; a reader copies them out once the inode's size has grown past them. So zeros can
-//! only reach a reader through an inode whose size the kernel changes while its pages are
-//! cached. The rules below make that impossible: an inode is in one of two modes, decided
+//! only reach a reader through an inode whose size the kernel changes while a handle reads its
+//! pages. The rules below make that impossible: an inode is in one of two modes, decided
 //! under the table's lock, so a reader and a writer opening one inode at once agree.
 //!
 //! - Cached (`CACHED`): a reader of stored bytes was given the page cache. Its size is the one
-//!   the kernel was first shown and never changes (`sizes.rs`: another size at its name is
-//!   another inode, `getattr` keeps answering the shown size). Nobody writes through it: an
-//!   open for writing, and a truncate, of a cached inode retire it (`RETIRED`: its name gets a
-//!   new inode in direct mode) and fail with ESTALE; the kernel then looks the name up again
-//!   and writes through the new inode. A create at its name makes the new inode at once.
+//!   the kernel was first shown and never changes while a handle may read its pages (`sizes.rs`:
+//!   another size at its name is another inode, `getattr` keeps answering the shown size). The
+//!   table counts its handles open through the page cache. Nobody writes through it while one
+//!   is open: an open for writing, or a truncate, of a cached inode then retires it (`RETIRED`:
+//!   its name gets a new inode in direct mode) and fails with ESTALE; the kernel then looks the
+//!   name up again and writes through the new inode. With no cached handle open, the writer
+//!   switches the inode to direct mode in place instead and is answered at once: page reads
+//!   only happen through an open handle (the kernel sends a handle's release after its last
+//!   read), every handle opened from then on is direct (its open, without `FOPEN_KEEP_CACHE`,
+//!   also drops the old pages), so the size changes no page read can see. This keeps ESTALE,
+//!   which the kernel retries only once per open, to the rare open that races a cached reader:
+//!   under churn the retry could meet another replaced inode and ESTALE reached the writer
+//!   (the two-mount model test, about one run in three of some seeds).
+//!   A create at its name makes a new inode if a cached handle is open, else switches it too.
 //!   A reader that finds other bytes than the cached inode's first reader (the store changed
 //!   it without changing its size, a commit repacked its shard, a rename moved it) reads them
 //!   with direct I/O, so its pages never mix two versions; so does one that finds another size
@@ -23,7 +32,8 @@
 //!   create). Every handle of it is `FOPEN_DIRECT_IO`, for as long as the kernel keeps it:
 //!   the kernel changes its size as it writes, so it must never have cached pages. Its
 //!   attributes are the file's as it is now (never the shown ones), and lookups never replace
-//!   it (a writer between its lookup and its open must find it).
+//!   it (a writer between its lookup and its open must find it). Direct wins over a `CACHED`
+//!   flag left from before the switch.
 //!
 //! A retired inode that a stale entry still leads to: writers get ESTALE (they look the name
 //! up again and find the new inode), readers read with direct I/O (its pages are not used).
@@ -59,16 +69,17 @@ impl Tables {
         }
     }
 
-    /// Whether `ino` may be written through (it is then direct for good); a cached inode is
-    /// retired first.
+    /// Whether `ino` may be written through (it is then direct for good): a cached inode is
+    /// switched in place when no handle reads it through the page cache, else retired.
     pub(super) fn begin_write(&mut self, ino: u64) -> Result<(), Retired> {
+        let read_cached = self.cached_open.get(&ino).is_some_and(|n| *n > 0);
         let Some(inode) = self.inodes.get_mut(&ino) else {
             return Ok(());
         };
         if inode.has(RETIRED) {
             return Err(Retired);
         }
-        if inode.has(CACHED) {
+        if inode.has(CACHED) && read_cached {
             self.retire(ino);
             return Err(Retired);
         }
@@ -106,7 +117,8 @@ impl Tables {
 
 impl InodeTable {
     /// A reader opened `ino` and found stored bytes of `size` identified by `content` (`None`:
-    /// unknown): how it may use the page cache. `writable`: the mount can write (see the module
+    /// unknown): how it may use the page cache. A `Cached` handle is counted until
+    /// [`cached_reader_closed`](Self::cached_reader_closed). `writable`: the mount can write (see the module
     /// notes for both). There, bytes of another size than the inode's, or unknown bytes, are
     /// read direct, never refused: only writers are sent to look a name up again.
     pub fn open_reader(&self, ino: u64, content: Option<ContentId>, size: u64, writable: bool) -> ReadMode {
@@ -132,7 +144,20 @@ impl InodeTable {
             Some(content) => t.content.insert(ino, content),
             None => t.content.remove(&ino),
         };
+        *t.cached_open.entry(ino).or_insert(0) += 1;
         ReadMode::Cached { keep: same }
+    }
+
+    /// A handle of `ino` that [`open_reader`](Self::open_reader) gave the page cache was
+    /// released: the kernel reads no more pages through it.
+    pub fn cached_reader_closed(&self, ino: u64) {
+        let mut t = self.lock();
+        if let Some(n) = t.cached_open.get_mut(&ino) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                t.cached_open.remove(&ino);
+            }
+        }
     }
 
     /// Whether `ino`, at `path`, may be written through (truncated by path); see

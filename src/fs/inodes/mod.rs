@@ -17,6 +17,7 @@
 mod caching;
 mod forgetting;
 mod held;
+mod inode;
 mod sizes;
 mod slab;
 mod tree;
