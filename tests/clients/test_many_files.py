@@ -127,7 +127,7 @@ def test_stats_report_memory_and_the_daemons_time(mounter, many, zarrfs_bin):
         os.stat(m.path(f"a/c/3/{name}"))
     s = json.loads(run_zarrfs(zarrfs_bin, "stats", "--json", m.mountpoint).stdout)
     assert s["inodes_held"] >= SIDE, s
-    assert s["inode_table_bytes"] >= 82 * s["inodes_held"], s
+    assert s["inode_table_bytes"] >= 64 * s["inodes_held"], s  # an Inode is 64 bytes (fs/inodes/inode.rs)
     assert 1 << 20 < s["daemon_rss_bytes"] < 1 << 30, s
     assert s["latency_readdirplus_count"] >= 1, s
     assert 1 <= s["latency_readdirplus_p50_us"] <= s["latency_readdirplus_p99_us"], s
