@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use common::*;
 use zarrfs::fs::{Fs, FsError};
+use zarrfs::store::fault::{FaultPlan, FaultStore};
 use zarrfs::store::memory::MemoryStore;
 use zarrfs::zarr::sharding::IndexLocation;
 
@@ -130,4 +131,75 @@ async fn an_open_of_an_inode_removed_since_its_lookup() {
     let fh = fs.open(looked.ino, true, true).await.unwrap();
     write_close(&fs, fh, b"goes nowhere").await;
     assert_eq!(fs.lookup(dir, "1").await.unwrap_err().errno(), libc::ENOENT);
+}
+
+#[tokio::test]
+async fn a_writer_through_an_inode_its_name_left_for_another_size_looks_again() {
+    // The two-mount fault workload's lost write: the kernel opens the inode its entry names
+    // while a lookup (another thread's) finds another mount's rewrite of the file, of another
+    // size, and gives the name a new inode (see `fs/inodes/sizes.rs`). Nothing removed or
+    // replaced the old inode through this mount, so the open is not ordered before anything:
+    // it must not write where no name leads (its close succeeding, the bytes gone). The
+    // kernel is sent to look again (ESTALE) and writes through the name's inode.
+    let (mem, fs, first) = setup();
+    let dir = fs_resolve(&fs, "a/c/0").await.unwrap().ino;
+    let old = fs.lookup(dir, "0").await.unwrap();
+    assert_eq!(old.size, first.len() as u64);
+    let other = writable_fs(mem.clone());
+    let (_, fh) = fs_open_write(&other, "a/c/0/0", true).await.unwrap();
+    write_close(&other, fh, b"another mount's bytes, another size").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await; // the metadata TTL
+    let new = fs.lookup(dir, "0").await.unwrap();
+    assert_ne!(new.ino, old.ino, "another size at the name is another inode");
+    let fh = match fs.open(old.ino, true, true).await {
+        Ok(fh) => fh,
+        Err(FsError::Replaced) => fs
+            .open(fs.lookup(dir, "0").await.unwrap().ino, true, true)
+            .await
+            .unwrap(),
+        Err(e) => panic!("the open through the old inode: {e}"),
+    };
+    write_close(&fs, fh, b"written after").await;
+    assert_eq!(fs_read_path(&fs, "a/c/0/0").await.unwrap(), b"written after");
+    assert_eq!(
+        fs_read_path(&writable_fs(mem), "a/c/0/0").await.unwrap(),
+        b"written after"
+    );
+}
+
+#[tokio::test]
+async fn a_writer_through_the_name_a_failed_rename_kept_looks_again() {
+    // A rename of a file open for writing moves it in the mount, then stores it; when storing
+    // fails the kernel is told the rename failed and keeps leading the destination's name to
+    // the inode the move replaced. A truncating open through that name raced nothing: it must
+    // not write where no name leads.
+    let spec = ArraySpec::new(&[8, 8], &[4, 4], &[2, 2]).index(IndexLocation::End, LE_CRC);
+    let built = spec.build("a/", &spec.full_chunks(3, 4, 9));
+    let mem = memory_store(&built.files);
+    mem.insert("zarr.json", group_json("root"));
+    let faults = Arc::new(FaultStore::new(mem.clone(), FaultPlan::default()));
+    let fs = writable_fs(faults.clone());
+    let dir = fs_resolve(&fs, "a/c/0").await.unwrap().ino;
+    let kept = fs.lookup(dir, "0").await.unwrap(); // the kernel's entry for the destination
+    let (_, moving) = fs_open_write(&fs, "a/c/0/1", true).await.unwrap();
+    fs.write(moving, 0, b"moved").await.unwrap();
+    faults.refuse_writes(true);
+    assert!(fs.rename(dir, "1", dir, "0", false).await.is_err());
+    faults.refuse_writes(false);
+    fs.flush(moving).await.unwrap();
+    fs.release(moving).await;
+    let fh = match fs.open(kept.ino, true, true).await {
+        Ok(fh) => fh,
+        Err(FsError::Replaced) => fs
+            .open(fs.lookup(dir, "0").await.unwrap().ino, true, true)
+            .await
+            .unwrap(),
+        Err(e) => panic!("the open through the kept entry: {e}"),
+    };
+    write_close(&fs, fh, b"written after").await;
+    assert_eq!(fs_read_path(&fs, "a/c/0/0").await.unwrap(), b"written after");
+    assert_eq!(
+        fs_read_path(&writable_fs(mem), "a/c/0/0").await.unwrap(),
+        b"written after"
+    );
 }

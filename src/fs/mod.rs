@@ -321,7 +321,9 @@ impl Fs {
         let path = match self.path_of(ino) {
             // Its name was removed or replaced through this mount after the kernel looked it
             // up: a truncating writer gets the removed file (see `open_replaced`), not ESTALE.
-            Err(FsError::Replaced) if write => return Ok((self.open_replaced(ino, truncate)?, None)),
+            Err(FsError::Replaced) if write && self.inodes.open_goes_nowhere(ino) => {
+                return Ok((self.open_replaced(ino, truncate)?, None));
+            }
             path => path?,
         };
         let at = self.view.locate(&path).await?;

@@ -91,11 +91,19 @@ impl Fs {
         if !journaled_early && _held_back.as_ref().is_some_and(|state| state.journaled.is_some()) {
             self.journal_removed(&to).await?;
         }
-        match held {
+        let replaced_ino = self.inodes.peek(&to);
+        let moved = match held {
             Some((file, Sink::Staged)) => self.move_staged(&from, &to, file, sink).await,
             Some((file, from_sink)) => self.move_open(&from_at, &to, file, from_sink, sink).await,
             None => self.move_node(&from_at, &to_at, sink).await,
+        };
+        // A move that failed after the mount moved the file (`move_open` storing it) leaves
+        // the kernel's entry for `to` at the inode it replaced: a writer opening it is sent to
+        // look again, and writes the file now at `to`.
+        if let (Err(_), Some(ino)) = (&moved, replaced_ino) {
+            self.inodes.kernel_still_names(ino);
         }
+        moved
     }
 
     /// Move a staged file onto `to`.

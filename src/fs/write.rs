@@ -99,7 +99,10 @@ impl Fs {
         let (ino, file) = match ino {
             Some(ino) => match self.inodes.open_file_of(ino, at.path(), file, sink) {
                 Ok(Some(held)) => held,
-                Ok(None) => return self.open_replaced(ino, truncate),
+                Ok(None) if self.inodes.open_goes_nowhere(ino) => return self.open_replaced(ino, truncate),
+                // The name leads elsewhere for another reason (nothing this mount did to it
+                // that the kernel knows of): look again, never write where no name leads.
+                Ok(None) => return Err(FsError::Replaced),
                 // A cached inode never changes size: the kernel looks the name up again and
                 // finds the inode to write through (see `fs/inodes/caching.rs`).
                 Err(Retired) => return Err(FsError::Replaced),
@@ -128,6 +131,10 @@ impl Fs {
             return Err(FsError::Replaced);
         }
         self.check_writable()?;
+        tracing::debug!(
+            ino,
+            "a truncating open of a replaced inode: written where no name leads"
+        );
         let file = Arc::new(WriteFile::new_empty(self.budget.clone()));
         Ok(self.files.insert(FileHandle::writer(ino, file, true)))
     }
@@ -199,6 +206,11 @@ impl Fs {
         // stored copy the rename removes). An unlinked file has nowhere to go.
         let mut state = writer.file.state.lock().await;
         let Some((path, sink)) = self.inodes.place_of(writer.ino, &writer.file) else {
+            tracing::debug!(
+                ino = writer.ino,
+                dirty = state.dirty,
+                "a flush of a file with no name: nothing committed"
+            );
             return Ok(());
         };
         let Sink::Commit(target) = &sink else { return Ok(()) };

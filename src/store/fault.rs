@@ -47,6 +47,8 @@ pub struct FaultStore {
     rng: Mutex<u64>,
     /// Values another writer may put in place at a key, at random, before a read.
     replacements: Mutex<std::collections::HashMap<String, Vec<Bytes>>>,
+    /// Every write refused while set (a test's store failing at a moment it chooses).
+    refusing_writes: std::sync::atomic::AtomicBool,
     pub counts: FaultCounts,
 }
 
@@ -58,6 +60,7 @@ impl FaultStore {
             plan,
             rng: Mutex::new(seed),
             replacements: Mutex::default(),
+            refusing_writes: std::sync::atomic::AtomicBool::new(false),
             counts: FaultCounts::default(),
         }
     }
@@ -68,6 +71,23 @@ impl FaultStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key.to_string(), values);
+    }
+
+    /// Refuse every write (set, conditional set, erase) from now on, or stop refusing.
+    pub fn refuse_writes(&self, refuse: bool) {
+        self.refusing_writes.store(refuse, Relaxed);
+    }
+
+    /// A write's fault: refused outright while [`refuse_writes`](Self::refuse_writes) is on.
+    async fn before_write(&self, key: &str) -> StoreResult<()> {
+        if self.refusing_writes.load(Relaxed) {
+            self.counts.errors.fetch_add(1, Relaxed);
+            return Err(StoreError::io(
+                key,
+                std::io::Error::other("injected fault: writes refused"),
+            ));
+        }
+        self.before(key).await
     }
 
     /// xorshift64*: enough for test faults, and the same sequence for the same seed.
@@ -139,22 +159,22 @@ impl Store for FaultStore {
     }
 
     async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
-        self.before(key).await?;
+        self.before_write(key).await?;
         self.inner.set(key, value).await
     }
 
     async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
-        self.before(key).await?;
+        self.before_write(key).await?;
         self.inner.set_if(key, value, condition).await
     }
 
     async fn erase(&self, key: &str) -> StoreResult<()> {
-        self.before(key).await?;
+        self.before_write(key).await?;
         self.inner.erase(key).await
     }
 
     async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
-        self.before(key).await?;
+        self.before_write(key).await?;
         self.inner.erase_if(key, condition).await
     }
 

@@ -71,6 +71,17 @@ def test_mixed_workload_on_one_journaled_mount_through_faults(remote_view, remot
                        mode=("--write-back-delay", "0.05"), mounts=1)
 
 
+def key_history(run, problem, before=3.0, after=1.0) -> str:
+    """Every operation on the key of `problem` (every mount and thread, failed ones too) from
+    `before` seconds ahead of its first operation shown to `after` beyond its last: what a
+    rare divergence in CI is diagnosed from."""
+    start = min(o.inv for o in problem.ops) - before
+    end = max(o.inv for o in problem.ops) + after
+    ops = sorted((o for o in run.ops if o.key == problem.key and start <= o.inv <= end), key=lambda o: o.inv)
+    return f"all operations on {problem.key} from {start:.3f} to {end:.3f}:\n" + "\n".join(
+        "    " + o.line() for o in ops)
+
+
 def run_fault_workload(remote_view, remote, fault_proxy, tmp_path, name, mode, mounts, weights=None):  # noqa: F811
     spec = payload_spec(ARRAY, shape=(16, 16), shard=(8, 8))
     local = tmp_path / "src"
@@ -111,5 +122,6 @@ def run_fault_workload(remote_view, remote, fault_proxy, tmp_path, name, mode, m
                    and not racing_delete(run.ops, o)]
     assert unexplained == [], "\n".join(o.line() for o in unexplained[:10])
     problems = Checker(run.ops, window=TTL + 0.5).check()
-    assert problems == [], f"seed {SEED}: " + "\n".join(str(p) for p in problems[:5])
+    assert problems == [], (f"seed {SEED}: " + "\n".join(str(p) for p in problems[:5])
+                            + "\n" + key_history(run, problems[0]))
     assert [set(v.pids) for v in views] == pids and all(v.alive() for v in views), "a daemon died"

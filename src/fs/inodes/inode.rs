@@ -17,6 +17,9 @@ pub(super) const CACHED: u8 = 8;
 pub(super) const DIRECT: u8 = 16;
 /// Its name was given another inode so that its size never changes (see `caching.rs`).
 pub(super) const RETIRED: u8 = 32;
+/// Unlinked by a rename that then failed: the kernel, told it failed, still leads the name
+/// here (see [`InodeTable::kernel_still_names`](super::InodeTable::kernel_still_names)).
+pub(super) const STILL_NAMED: u8 = 64;
 
 /// What one inode takes in the tables: its slot in the slab, and its slot number in the index
 /// with the hash table's control byte.
@@ -98,6 +101,6 @@ impl Inode {
     }
 
     pub(super) fn relink(&mut self) {
-        self.flags &= !UNLINKED;
+        self.flags &= !(UNLINKED | STILL_NAMED);
     }
 }

@@ -108,6 +108,26 @@ impl InodeTable {
         self.lock().inodes.get(&ino).is_some_and(|i| i.unlinked())
     }
 
+    /// A rename that unlinked `ino` (the file it replaced) failed after the mount had moved
+    /// its file: the kernel keeps its entries when told a rename failed, so an open through
+    /// the name still reaches `ino`, ordered after nothing. It must look the name up again
+    /// (see [`open_goes_nowhere`](Self::open_goes_nowhere)).
+    pub fn kernel_still_names(&self, ino: u64) {
+        if let Some(inode) = self.lock().inodes.get_mut(&ino).filter(|i| i.unlinked()) {
+            inode.set(inode::STILL_NAMED);
+        }
+    }
+
+    /// Whether a truncating open of `ino`, which no name leads to any more, is ordered before
+    /// the unlink or rename that removed it (it raced it: its writes go nowhere, as on any
+    /// filesystem), rather than sent to look again: not when the kernel still names it.
+    pub fn open_goes_nowhere(&self, ino: u64) -> bool {
+        self.lock()
+            .inodes
+            .get(&ino)
+            .is_some_and(|i| i.unlinked() && !i.has(inode::STILL_NAMED))
+    }
+
     /// The path of `ino`, or why there is none.
     pub fn name(&self, ino: u64) -> Name {
         let t = self.lock();
