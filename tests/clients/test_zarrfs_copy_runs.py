@@ -205,8 +205,9 @@ def test_missing_credentials_are_a_clear_error_and_write_nothing(zarrfs_bin, rem
 
 
 def readme_block(after: str, lang: str) -> str:
-    """The first ```lang block of the README after the line containing `after`."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    """The first ```lang block of the copying page (docs/copying.md) after the line containing
+    `after`."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "copying.md").read_text()
     rest = text[text.index(after):]
     start = rest.index(f"```{lang}\n") + len(lang) + 4
     return rest[start:rest.index("```", start)]
