@@ -37,9 +37,23 @@ impl ChunkRange {
 }
 
 /// A decoded shard index: one optional range per inner chunk, in C order.
+///
+/// Kept as the pairs the format stores, an empty chunk as the format's sentinel (both words
+/// all ones, which no range `set` accepts can be): 16 bytes a chunk, where `Option` would
+/// take 24. Indexes are what a mount of millions of chunks holds most of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardIndex {
-    entries: Vec<Option<ChunkRange>>,
+    entries: Vec<ChunkRange>,
+}
+
+/// The entry of an empty chunk.
+const ABSENT: ChunkRange = ChunkRange {
+    offset: EMPTY,
+    nbytes: EMPTY,
+};
+
+fn present(entry: ChunkRange) -> Option<ChunkRange> {
+    (entry != ABSENT).then_some(entry)
 }
 
 impl ShardIndex {
@@ -53,7 +67,9 @@ impl ShardIndex {
             });
         }
         let n = usize::try_from(num_chunks).map_err(|_| ZarrError::overflow("number of chunks as usize"))?;
-        Ok(ShardIndex { entries: vec![None; n] })
+        Ok(ShardIndex {
+            entries: vec![ABSENT; n],
+        })
     }
 
     pub fn num_chunks(&self) -> u64 {
@@ -124,11 +140,7 @@ impl ShardIndex {
     pub fn encode(&self, codec: IndexCodec) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.entries.len().saturating_mul(16).saturating_add(4));
         for entry in &self.entries {
-            let (offset, nbytes) = match entry {
-                Some(r) => (r.offset, r.nbytes),
-                None => (EMPTY, EMPTY),
-            };
-            for v in [offset, nbytes] {
+            for v in [entry.offset, entry.nbytes] {
                 out.extend_from_slice(&match codec.endian {
                     Endian::Little => v.to_le_bytes(),
                     Endian::Big => v.to_be_bytes(),
@@ -145,7 +157,7 @@ impl ShardIndex {
     /// The range of `chunk`; `None` when it is empty or out of range.
     pub fn get(&self, chunk: u64) -> Option<ChunkRange> {
         let i = usize::try_from(chunk).ok()?;
-        self.entries.get(i).copied().flatten()
+        self.entries.get(i).copied().and_then(present)
     }
 
     /// Set or clear (`None`) the range of `chunk`. A range that would encode
@@ -166,28 +178,28 @@ impl ShardIndex {
                 });
             }
         }
-        *slot = range;
+        *slot = range.unwrap_or(ABSENT);
         Ok(())
     }
 
     /// All entries in C order with their chunk index.
     pub fn iter(&self) -> impl Iterator<Item = (u64, Option<ChunkRange>)> + '_ {
-        (0u64..).zip(self.entries.iter().copied())
+        (0u64..).zip(self.entries.iter().map(|e| present(*e)))
     }
 
     /// Number of non-empty entries.
     pub fn count_present(&self) -> u64 {
-        self.entries.iter().filter(|e| e.is_some()).count() as u64
+        self.entries.iter().filter(|e| **e != ABSENT).count() as u64
     }
 }
 
 /// Interpret one (offset, nbytes) pair of the chunk with C-order index `chunk`.
-fn decode_entry(chunk: u64, offset: u64, nbytes: u64, data_len: u64) -> Result<Option<ChunkRange>, ZarrError> {
+fn decode_entry(chunk: u64, offset: u64, nbytes: u64, data_len: u64) -> Result<ChunkRange, ZarrError> {
     if offset == EMPTY && nbytes == EMPTY {
-        return Ok(None);
+        return Ok(ABSENT);
     }
     match offset.checked_add(nbytes) {
-        Some(end) if end <= data_len => Ok(Some(ChunkRange { offset, nbytes })),
+        Some(end) if end <= data_len => Ok(ChunkRange { offset, nbytes }),
         _ => Err(ZarrError::OutOfBounds {
             chunk,
             offset,
@@ -201,6 +213,19 @@ fn decode_entry(chunk: u64, offset: u64, nbytes: u64, data_len: u64) -> Result<O
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_chunk_takes_the_16_bytes_it_is_stored_in() {
+        // What the index cache counts per chunk (`shard/index_cache.rs`): the bound on a
+        // mount's memory at millions of chunks holds only if it is so.
+        let mut index = ShardIndex::empty(1 << 16).unwrap();
+        index.set(5, Some(ChunkRange { offset: 0, nbytes: 3 })).unwrap();
+        assert_eq!(std::mem::size_of_val(index.entries.as_slice()), 16 << 16);
+        assert_eq!(index.get(5), Some(ChunkRange { offset: 0, nbytes: 3 }));
+        assert_eq!((index.get(4), index.count_present()), (None, 1));
+        index.set(5, None).unwrap();
+        assert_eq!((index.get(5), index.count_present()), (None, 0));
+    }
 
     const LE_CRC: IndexCodec = IndexCodec {
         endian: Endian::Little,
