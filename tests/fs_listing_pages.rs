@@ -118,3 +118,35 @@ async fn a_listing_continued_after_changes_repeats_and_skips_nothing() {
     fs.release(wfh).await;
     fs.releasedir(fh);
 }
+
+#[tokio::test]
+async fn a_directory_read_to_its_end_keeps_its_last_pages_and_takes_earlier_ones_again() {
+    // Ten shards of 16,384 chunks: ten pages, more than a listing keeps. `du` reads a
+    // directory of millions of chunk files to its end with the handle open: a listing that
+    // kept every page held a few hundred bytes per entry until the close (350 MB for a
+    // million). Offsets into the pages let go still mean the same entries.
+    const PER: u64 = zarrfs::shard::PAGE_CHUNKS;
+    let n = 10 * PER;
+    let spec = ArraySpec::new(&[n], &[PER], &[1]);
+    let built = spec.build("", &spec.full_chunks(5, 1, 1));
+    let fs = writable_fs(memory_store(&built.files));
+    let dir = fs_resolve(&fs, "c").await.unwrap();
+    let fh = fs.opendir(dir.ino).await.unwrap();
+    let all = read_on(&fs, dir.ino, fh, 0, 4096).await;
+    let want: Vec<String> = (0..n).map(|c| c.to_string()).collect();
+    assert_eq!(names(&all[2..]), want);
+    let kept = fs.listing_entries_kept(fh).unwrap();
+    let bound = zarrfs::fs::KEPT_ENTRIES + PER as usize;
+    assert!(
+        kept <= bound,
+        "{kept} entries kept after the whole listing, at most {bound}"
+    );
+    // Back to the start (rewinddir) and to an offset telldir gave in the first page.
+    let again = read_on(&fs, dir.ino, fh, 0, 4096).await;
+    assert_eq!(names(&again), names(&all));
+    let at = all[1000].offset;
+    let resumed: Vec<DirItem> = fs.dir_items(dir.ino, fh, at).await.unwrap().take(3).collect();
+    assert_eq!(names(&resumed), names(&all[1001..1004]));
+    assert!(fs.listing_entries_kept(fh).unwrap() <= bound);
+    fs.releasedir(fh);
+}

@@ -47,6 +47,7 @@ pub type FsResult<T> = Result<T, FsError>;
 pub use counters::Counters;
 use counters::OpCounts;
 pub use journaling::Replayed;
+pub use readdir::KEPT_ENTRIES;
 pub use types::{Attr, DirItem, FileKind, FsConfig, Opened, OpenedDir, StatFs, INDEFINITE_TTL};
 pub use xattr::{STATS_IOCTL, STATS_IOCTL_SIZE};
 

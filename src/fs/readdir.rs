@@ -21,7 +21,7 @@ mod listing;
 use super::kernel_listings::fingerprint;
 use super::*;
 use crate::view::{listing_order, Listing};
-pub use listing::DirListing;
+pub use listing::{DirListing, KEPT_ENTRIES};
 
 /// Entries an answer to READDIR holds at least, unless the listing ends sooner: more than a
 /// reply to a common `getdents` buffer (32 KiB: about a thousand short names) holds, so that
@@ -302,6 +302,12 @@ impl Fs {
 
     pub fn releasedir(&self, fh: u64) {
         self.dirs.remove(fh);
+    }
+
+    /// Entries the listing of open directory `fh` keeps in memory (a paged one keeps its last
+    /// pages only, see `readdir/listing.rs`).
+    pub fn listing_entries_kept(&self, fh: u64) -> Option<usize> {
+        Some(self.dirs.get(fh)?.listing().1.kept_entries())
     }
 }
 

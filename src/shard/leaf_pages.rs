@@ -26,7 +26,7 @@ use crate::zarr::key_encoding::ChunkKeyEncoding;
 pub const PAGE_CHUNKS: u64 = 16384;
 
 /// Where a last-level listing is (see the module's documentation).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct LeafCursor {
     prefix: Vec<u64>,
     /// The stored shards below the directory, by their coordinate along the last dimension.
@@ -44,8 +44,15 @@ impl LeafCursor {
     }
 }
 
+/// Where a page of a last-level listing starts: what [`LeafPages::at`] takes it again from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeafPosition {
+    next: (usize, u64),
+    last: Option<u64>,
+}
+
 /// The pages of one last-level chunk directory (see the module's documentation).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LeafPages {
     array: Arc<ShardedArray>,
     cursor: LeafCursor,
@@ -175,6 +182,24 @@ impl LeafPages {
     /// nothing more).
     pub fn done(&self) -> bool {
         self.cursor.done()
+    }
+
+    /// Where the next page starts.
+    pub fn position(&self) -> LeafPosition {
+        LeafPosition {
+            next: self.cursor.next,
+            last: self.cursor.last,
+        }
+    }
+
+    /// These pages from `position` (one of theirs) on, to take a page again: the shards are
+    /// the ones found when the listing began, each page read from its index as it is now.
+    pub fn at(&self, position: LeafPosition) -> LeafPages {
+        let mut pages = self.clone();
+        pages.cursor.next = position.next;
+        pages.cursor.last = position.last;
+        pages.fetched_ahead = true;
+        pages
     }
 
     /// Every page left, the indexes they need fetched first, concurrently.

@@ -30,6 +30,6 @@ pub use array::{ChunkLocation, ShardOptions, ShardedArray};
 pub use data_cache::DataCache;
 pub use error::{Corruption, ShardError};
 pub use index_cache::IndexCache;
-pub use leaf_pages::{LeafPages, PAGE_CHUNKS};
+pub use leaf_pages::{LeafPages, LeafPosition, PAGE_CHUNKS};
 pub use listing::DEFAULT_MAX_PROBE_SHARDS;
 pub use stats::ShardStats;

@@ -61,8 +61,11 @@ pub enum Listing {
     Paged(Pages),
 }
 
+/// Where a page of a [`Pages`] listing starts (see [`Pages::at`]).
+pub type PagePosition = crate::shard::LeafPosition;
+
 /// A last-level chunk directory listed a page at a time, each page from one shard's index.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Pages {
     array: Arc<ShardedArray>,
     prefix: Vec<u64>,
@@ -79,6 +82,20 @@ impl Pages {
     /// Whether every page was taken (the listing may still end sooner).
     pub fn done(&self) -> bool {
         self.pages.done()
+    }
+
+    /// Where the next page starts.
+    pub fn position(&self) -> PagePosition {
+        self.pages.position()
+    }
+
+    /// The same listing from `position` on: a page taken before, taken again.
+    pub fn at(&self, position: PagePosition) -> Pages {
+        Pages {
+            array: self.array.clone(),
+            prefix: self.prefix.clone(),
+            pages: self.pages.at(position),
+        }
     }
 
     /// Every page left.

@@ -38,7 +38,7 @@ use crate::store::key::dir_prefix;
 use crate::store::{ByteRange, GetOptions, Store};
 pub use changes::ChangedPaths;
 pub use copy_units::{CopyListing, ShardUnit};
-pub use listing::{listing_order, Listing, Pages};
+pub use listing::{listing_order, Listing, PagePosition, Pages};
 pub use locate::Located;
 use locate::{At, Place};
 use nodes::{GroupNode, NodeCache, ShardedNode};

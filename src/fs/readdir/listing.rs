@@ -3,46 +3,100 @@
 //!
 //! A program listing a directory of a million chunk files gets its first names once the first
 //! page is taken (one shard's index read), not once every index is read and a million entries
-//! made. Pages taken are kept, in order, for the handle's life: an offset (entry `i` was
-//! returned with offset `i + 3`) always means the same entry, whether the listing is read on,
-//! read again from an offset `telldir` gave, or taken again after a change (which goes on after
-//! the last name returned, found in what was taken).
+//! made. An offset (entry `i` was returned with offset `i + 3`) always means the same entry,
+//! whether the listing is read on, read again from an offset `telldir` gave, or taken again
+//! after a change (which goes on after the last name returned, found in what was taken).
+//!
+//! A paged listing keeps only its last pages' entries ([`KEPT_ENTRIES`]): an entry takes a few
+//! hundred bytes, so a directory of ten million chunks read to its end by `du` would otherwise
+//! hold gigabytes while it is open. Of an earlier page it keeps where it starts, in entries and
+//! in the listing (its position); a reader going back to it has it taken again from its shard's
+//! index, cut to the entries it had (offsets after it keep their meaning).
 
 use std::sync::{Arc, Mutex};
 
-use crate::view::{listing_order, Node, Pages, ViewError};
+use crate::view::{listing_order, Node, PagePosition, Pages, ViewError};
 
 /// One page of entries.
 pub type Page = Arc<Vec<(String, Node)>>;
 
+/// Entries a paged listing keeps beyond its last page (see the module's documentation).
+pub const KEPT_ENTRIES: usize = 2 * crate::shard::PAGE_CHUNKS as usize;
+
+/// A page taken: its entries while kept, and where it starts.
+#[derive(Debug)]
+struct TakenPage {
+    entries: Option<Page>,
+    /// The index of its first entry, and how many it had.
+    start: usize,
+    len: usize,
+    /// Where it starts in the listing (a paged listing's page).
+    position: Option<PagePosition>,
+}
+
 /// The pages taken so far.
 #[derive(Debug, Default)]
 struct Taken {
-    pages: Vec<Page>,
-    /// The index of each page's first entry.
-    starts: Vec<usize>,
+    pages: Vec<TakenPage>,
     len: usize,
+    /// Entries of the pages kept.
+    kept: usize,
     /// Every page is taken.
     complete: bool,
 }
 
+/// Entry `i`'s page in what was taken.
+enum Found {
+    Kept(Page, usize),
+    /// Dropped: its number among the pages.
+    Dropped(usize),
+}
+
 impl Taken {
-    fn push(&mut self, page: Vec<(String, Node)>) {
+    fn push(&mut self, page: Vec<(String, Node)>, position: Option<PagePosition>) {
         if page.is_empty() {
             return;
         }
-        self.starts.push(self.len);
-        self.len += page.len();
-        self.pages.push(Arc::new(page));
+        let len = page.len();
+        self.pages.push(TakenPage {
+            entries: Some(Arc::new(page)),
+            start: self.len,
+            len,
+            position,
+        });
+        self.len += len;
+        self.kept += len;
+        self.trim(self.pages.len() - 1);
     }
 
-    /// The taken page holding entry `i`, with the index of its first entry.
-    fn page_of(&self, i: usize) -> Option<(Page, usize)> {
+    /// Drop the oldest pages kept (never the last, nor page `keep`) while more than
+    /// [`KEPT_ENTRIES`] are kept beyond the last page; only pages that can be taken again.
+    fn trim(&mut self, keep: usize) {
+        let last = self.pages.len().saturating_sub(1);
+        let bound = KEPT_ENTRIES + self.pages.last().map_or(0, |p| p.len);
+        for (n, page) in self.pages.iter_mut().enumerate() {
+            if self.kept <= bound {
+                break;
+            }
+            if n == last || n == keep || page.position.is_none() || page.entries.is_none() {
+                continue;
+            }
+            page.entries = None;
+            self.kept -= page.len;
+        }
+    }
+
+    /// The taken page holding entry `i`.
+    fn page_of(&self, i: usize) -> Option<Found> {
         if i >= self.len {
             return None;
         }
-        let at = self.starts.partition_point(|&s| s <= i).checked_sub(1)?;
-        Some((self.pages.get(at)?.clone(), *self.starts.get(at)?))
+        let n = self.pages.partition_point(|p| p.start <= i).checked_sub(1)?;
+        let page = self.pages.get(n)?;
+        Some(match &page.entries {
+            Some(entries) => Found::Kept(entries.clone(), page.start),
+            None => Found::Dropped(n),
+        })
     }
 }
 
@@ -52,17 +106,20 @@ pub struct DirListing {
     taken: Mutex<Taken>,
     /// The pages not taken yet.
     rest: tokio::sync::Mutex<Option<Pages>>,
+    /// The listing as it began: a dropped page is taken again from it.
+    origin: Option<Pages>,
 }
 
 impl DirListing {
     /// A listing taken whole.
     pub fn whole(entries: Vec<(String, Node)>) -> Self {
         let mut taken = Taken::default();
-        taken.push(entries);
+        taken.push(entries, None);
         taken.complete = true;
         DirListing {
             taken: Mutex::new(taken),
             rest: tokio::sync::Mutex::new(None),
+            origin: None,
         }
     }
 
@@ -70,8 +127,10 @@ impl DirListing {
     /// known at once).
     pub async fn paged(mut pages: Pages) -> Result<Self, ViewError> {
         let mut taken = Taken::default();
+        let origin = pages.clone();
+        let position = pages.position();
         match pages.next_page().await? {
-            Some(page) => taken.push(page),
+            Some(page) => taken.push(page, Some(position)),
             None => taken.complete = true,
         }
         taken.complete |= pages.done();
@@ -79,6 +138,7 @@ impl DirListing {
         Ok(DirListing {
             taken: Mutex::new(taken),
             rest: tokio::sync::Mutex::new(rest),
+            origin: Some(origin),
         })
     }
 
@@ -90,14 +150,17 @@ impl DirListing {
     /// there; `None` past the end.
     pub async fn page_of(&self, i: usize) -> Result<Option<(Page, usize)>, ViewError> {
         loop {
-            {
+            let dropped = {
                 let taken = self.taken();
-                if let Some(found) = taken.page_of(i) {
-                    return Ok(Some(found));
+                match taken.page_of(i) {
+                    Some(Found::Kept(page, start)) => return Ok(Some((page, start))),
+                    Some(Found::Dropped(n)) => n,
+                    None if taken.complete => return Ok(None),
+                    None => usize::MAX,
                 }
-                if taken.complete {
-                    return Ok(None);
-                }
+            };
+            if dropped != usize::MAX {
+                return self.take_again(dropped).await.map(Some);
             }
             let mut rest = self.rest.lock().await;
             // Another reader may have taken it while this one waited.
@@ -112,17 +175,45 @@ impl DirListing {
                 self.taken().complete = true;
                 continue;
             };
+            let position = pages.position();
             let page = pages.next_page().await?;
             let done = page.is_none() || pages.done();
             let mut taken = self.taken();
             if let Some(page) = page {
-                taken.push(page);
+                taken.push(page, Some(position));
             }
             if done {
                 taken.complete = true;
                 *rest = None;
             }
         }
+    }
+
+    /// Page `n`, dropped, taken again from where it started, cut to the entries it had (the
+    /// shard may hold more now: offsets after it must keep their meaning).
+    async fn take_again(&self, n: usize) -> Result<(Page, usize), ViewError> {
+        // Only a paged listing's pages are dropped: each has its position, and the listing
+        // its origin (were one missing, the page would read as empty).
+        let (position, start, len) = {
+            let taken = self.taken();
+            match taken.pages.get(n) {
+                Some(page) => (page.position, page.start, page.len),
+                None => (None, taken.len, 0),
+            }
+        };
+        let (Some(position), Some(origin)) = (position, self.origin.as_ref()) else {
+            return Ok((Arc::default(), start));
+        };
+        let mut entries = origin.at(position).next_page().await?.unwrap_or_default();
+        entries.truncate(len);
+        let entries = Arc::new(entries);
+        let mut taken = self.taken();
+        if let Some(page) = taken.pages.get_mut(n).filter(|p| p.entries.is_none()) {
+            page.entries = Some(entries.clone());
+            taken.kept += len;
+            taken.trim(n);
+        }
+        Ok((entries, start))
     }
 
     /// The pages holding entries `i`, `i + 1`, … as far as taken, and further until they hold
@@ -138,11 +229,11 @@ impl DirListing {
                 break;
             }
         }
-        // And those taken already after them, at no cost.
+        // And those kept already after them, at no cost.
         let taken = self.taken();
-        while let Some(found) = taken.page_of(at) {
-            at = found.1 + found.0.len();
-            out.push(found);
+        while let Some(Found::Kept(page, start)) = taken.page_of(at) {
+            at = start + page.len();
+            out.push((page, start));
         }
         Ok(out)
     }
@@ -163,10 +254,17 @@ impl DirListing {
         Ok(i)
     }
 
-    /// Entry `i`'s name, if it was taken.
+    /// Entry `i`'s name, if it was taken and is kept.
     pub fn name_at(&self, i: usize) -> Option<String> {
-        let (page, start) = self.taken().page_of(i)?;
-        page.get(i - start).map(|(name, _)| name.clone())
+        match self.taken().page_of(i)? {
+            Found::Kept(page, start) => page.get(i - start).map(|(name, _)| name.clone()),
+            Found::Dropped(_) => None,
+        }
+    }
+
+    /// Entries kept in memory.
+    pub fn kept_entries(&self) -> usize {
+        self.taken().kept
     }
 
     /// Whether every page is taken.
@@ -179,7 +277,7 @@ impl DirListing {
         let taken = self.taken();
         match taken.pages.as_slice() {
             [] if taken.complete => Some(Arc::default()),
-            [page] if taken.complete => Some(page.clone()),
+            [page] if taken.complete => page.entries.clone(),
             _ => None,
         }
     }
@@ -190,8 +288,8 @@ impl DirListing {
         let last_is_file = taken
             .pages
             .last()
-            .and_then(|p| p.last())
-            .is_some_and(|(_, node)| !node.is_dir());
+            .and_then(|p| p.entries.as_ref()?.last().map(|(_, node)| !node.is_dir()))
+            .unwrap_or(false);
         taken.complete.then_some((taken.len, last_is_file))
     }
 }
