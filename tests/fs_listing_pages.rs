@@ -150,3 +150,39 @@ async fn a_directory_read_to_its_end_keeps_its_last_pages_and_takes_earlier_ones
     assert!(fs.listing_entries_kept(fh).unwrap() <= bound);
     fs.releasedir(fh);
 }
+
+#[tokio::test]
+async fn with_listings_kept_for_a_ttl_a_large_directory_is_paged_and_a_small_one_whole() {
+    // The kernel keeps a listing for a finite TTL by its fingerprint, which needs it whole;
+    // one larger than a paged listing keeps is paged instead, and the kernel keeps none of it.
+    const PER: u64 = zarrfs::shard::PAGE_CHUNKS;
+    let n = 10 * PER;
+    let large = ArraySpec::new(&[n], &[PER], &[1]);
+    let small = ArraySpec::new(&[64], &[32], &[1]);
+    let mut files = large.build("big/", &large.full_chunks(5, 1, 1)).files;
+    files.extend(small.build("small/", &small.full_chunks(6, 1, 1)).files);
+    let store = memory_store(&files);
+    store.insert("zarr.json", group_json("root"));
+    let mut config = zarrfs::fs::FsConfig::read_only(FS_UID, FS_GID, std::time::Duration::from_secs(1));
+    config.kernel_listings = true;
+    let fs = Fs::new(
+        zarrfs::view::View::new(store, &zarrfs::view::ViewOptions::default()),
+        config,
+    );
+    let dir = fs_resolve(&fs, "big/c").await.unwrap();
+    let opened = fs.open_dir(dir.ino).await.unwrap();
+    assert!(!opened.keep_cache);
+    let all = read_on(&fs, dir.ino, opened.fh, 0, 4096).await;
+    assert_eq!(all.len() as u64, n + 2);
+    let kept = fs.listing_entries_kept(opened.fh).unwrap();
+    assert!(kept <= zarrfs::fs::KEPT_ENTRIES + PER as usize, "{kept} entries kept");
+    fs.releasedir(opened.fh);
+    // The small one, opened twice: the kernel may keep the second (same fingerprint).
+    let dir = fs_resolve(&fs, "small/c").await.unwrap();
+    let first = fs.open_dir(dir.ino).await.unwrap();
+    assert_eq!(read_on(&fs, dir.ino, first.fh, 0, 4096).await.len(), 64 + 2);
+    fs.releasedir(first.fh);
+    let second = fs.open_dir(dir.ino).await.unwrap();
+    assert!(second.keep_cache, "a small listing is kept by its fingerprint");
+    fs.releasedir(second.fh);
+}

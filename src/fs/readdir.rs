@@ -83,12 +83,22 @@ impl Fs {
     /// The listing of directory `path` as of now, with what only the overlay knows: a page at
     /// a time when the view gives it so, the mount holds nothing of its own there and the
     /// kernel does not keep listings; whole otherwise.
+    /// A kernel keeping listings for a finite TTL knows a listing by its fingerprint, so one
+    /// is taken whole, unless it is larger than a paged listing keeps: the kernel then keeps
+    /// none of it (a directory of millions of chunks held whole took a few hundred bytes an
+    /// entry while it was open).
     async fn take_listing(&self, path: &str) -> FsResult<DirListing> {
         let unstored = self.unstored_below(path);
-        if unstored.is_empty() && self.kernel_listings.as_ref().is_none_or(|k| k.indefinite()) {
+        if unstored.is_empty() {
+            let indefinite = self.kernel_listings.as_ref().is_none_or(|k| k.indefinite());
             return Ok(match self.view.list_paged(path).await? {
                 Listing::Whole(entries) => DirListing::whole(entries),
-                Listing::Paged(pages) => DirListing::paged(pages).await?,
+                Listing::Paged(pages) if indefinite => DirListing::paged(pages).await?,
+                Listing::Paged(pages) => {
+                    let listing = DirListing::paged(pages).await?;
+                    listing.page_of(KEPT_ENTRIES).await?;
+                    listing.into_whole().unwrap_or_else(|paged| paged)
+                }
             });
         }
         let mut entries = self.view.list(path).await?;

@@ -262,6 +262,21 @@ impl DirListing {
         }
     }
 
+    /// The listing as one taken whole, if every page is taken and kept; else `Err(self)`.
+    pub fn into_whole(self) -> Result<Self, Self> {
+        let taken = self.taken();
+        if !taken.complete || taken.pages.iter().any(|p| p.entries.is_none()) {
+            drop(taken);
+            return Err(self);
+        }
+        let mut entries = Vec::with_capacity(taken.len);
+        for page in &taken.pages {
+            entries.extend(page.entries.iter().flat_map(|e| e.iter().cloned()));
+        }
+        drop(taken);
+        Ok(DirListing::whole(entries))
+    }
+
     /// Entries kept in memory.
     pub fn kept_entries(&self) -> usize {
         self.taken().kept
