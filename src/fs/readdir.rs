@@ -97,7 +97,7 @@ impl Fs {
                 Listing::Paged(pages) => {
                     let listing = DirListing::paged(pages).await?;
                     listing.page_of(KEPT_ENTRIES).await?;
-                    listing.into_whole().unwrap_or_else(|paged| paged)
+                    listing.as_whole().unwrap_or(listing)
                 }
             });
         }

@@ -262,19 +262,17 @@ impl DirListing {
         }
     }
 
-    /// The listing as one taken whole, if every page is taken and kept; else `Err(self)`.
-    pub fn into_whole(self) -> Result<Self, Self> {
+    /// The same listing taken whole, if every page is taken and kept.
+    pub fn as_whole(&self) -> Option<DirListing> {
         let taken = self.taken();
         if !taken.complete || taken.pages.iter().any(|p| p.entries.is_none()) {
-            drop(taken);
-            return Err(self);
+            return None;
         }
         let mut entries = Vec::with_capacity(taken.len);
         for page in &taken.pages {
             entries.extend(page.entries.iter().flat_map(|e| e.iter().cloned()));
         }
-        drop(taken);
-        Ok(DirListing::whole(entries))
+        Some(DirListing::whole(entries))
     }
 
     /// Entries kept in memory.
