@@ -58,8 +58,13 @@ class RandomFaults:
 def test_mixed_workload_on_two_mounts_through_faults(remote_view, remote, fault_proxy, tmp_path):
     # Commit at close (not the journal, the default of remote mounts): the history is checked
     # against a store that every close updates, which two mounts only see with that mode.
+    # Every shard keeps chunks the workload never touches, so none is emptied: an emptied
+    # shard is erased by a version check and a delete, which S3 cannot make one conditional
+    # request (docs/writing.md, "On object stores"), and a delete of the last chunk racing
+    # another mount's write to the same shard then loses that write (seed 84330 showed it,
+    # with a delete held up 176 ms). The one-mount test below erases shards.
     run_fault_workload(remote_view, remote, fault_proxy, tmp_path, "fault-workload",
-                       mode=("--no-journal",), mounts=2)
+                       mode=("--no-journal",), mounts=2, pinned=True)
 
 
 def test_mixed_workload_on_one_journaled_mount_through_faults(remote_view, remote, fault_proxy, tmp_path):
@@ -82,17 +87,28 @@ def key_history(run, problem, before=3.0, after=1.0) -> str:
         "    " + o.line() for o in ops)
 
 
-def run_fault_workload(remote_view, remote, fault_proxy, tmp_path, name, mode, mounts, weights=None):  # noqa: F811
-    spec = payload_spec(ARRAY, shape=(16, 16), shard=(8, 8))
+def run_fault_workload(remote_view, remote, fault_proxy, tmp_path, name, mode, mounts, weights=None,  # noqa: F811
+                       pinned=False):
+    """`pinned`: shards of 2x4 chunks, half of each never touched by the workload (written
+    before it), so that no shard is ever emptied; else shards of 2x2 chunks, all of them
+    the workload's."""
+    if pinned:
+        spec = payload_spec(ARRAY, shape=(16, 32), shard=(8, 16))
+        columns, kept = (0, 1, 4, 5), (2, 3, 6, 7)
+    else:
+        spec = payload_spec(ARRAY, shape=(16, 16), shard=(8, 8))
+        columns, kept = (0, 1, 2, 3), ()
     local = tmp_path / "src"
     build(local, [spec])
     prefix = remote.seed("s3", local, name)
     options = ("--endpoint-url", fault_proxy.url, "--metadata-ttl", str(TTL), *mode)
     views = [remote_view("s3", *options, prefix=prefix) for _ in range(mounts)]
     pids = [set(v.pids) for v in views]
-    keys = [si.chunk_key((i, j), spec.cke) for i in range(4) for j in range(4)]
+    keys = [si.chunk_key((i, j), spec.cke) for i in range(4) for j in columns]
     roots = [v.path(ARRAY) for v in views]
     make_chunk_dirs(roots, keys)
+    for key in (si.chunk_key((i, j), spec.cke) for i in range(4) for j in kept):
+        (roots[0] / key).write_bytes(b"pinned, unmoved.")
 
     faults = RandomFaults(PERCENT, SEED)
     fault_proxy.arm(faults)
@@ -102,6 +118,8 @@ def run_fault_workload(remote_view, remote, fault_proxy, tmp_path, name, mode, m
     assert run.hung == [], f"seed {SEED}: operations never returned: {run.hung}"
     time.sleep(TTL + 0.5)
     final_reads(run, roots, keys)
+    pinned_keys = [si.chunk_key((i, j), spec.cke) for i in range(4) for j in kept]
+    assert [(roots[-1] / k).read_bytes() for k in pinned_keys] == [b"pinned, unmoved."] * len(pinned_keys)
     stored = download_tree("s3", prefix, tmp_path / "bucket")
     assert store_reads(run, stored / ARRAY, keys) == []
     assert shard_problems(stored / ARRAY) == []
