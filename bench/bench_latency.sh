@@ -40,7 +40,7 @@
 #        LATENCIES="50" SIZES=small ROWS=bfg bench/bench_latency.sh (a part of it)
 # Env:   ZARRFS_BIN        binary (default target/release/zarrfs)
 #        ZARRFS_PROXY_BIN  the delaying proxy (default: zarrfs-delay-proxy beside ZARRFS_BIN,
-#                          else target/release/zarrfs-delay-proxy)
+#                          else target/release/zarrfs-delay-proxy, built once if missing)
 #        LATENCIES         round trips in ms (default "0 20 50")
 #        SIZES             "small large" (default both: 8 KiB and 128 KiB inner chunks)
 #        ROWS              letters of the rows above (default abcdefghknxy; b is measured for e too)

@@ -38,7 +38,7 @@
 #        LATENCIES="20" SIZES=small ROWS="ref-up journal" bench/bench_write_latency.sh   (a part)
 # Env:   ZARRFS_BIN        binary (default target/release/zarrfs)
 #        ZARRFS_PROXY_BIN  the delaying proxy (default: zarrfs-delay-proxy beside ZARRFS_BIN,
-#                          else target/release/zarrfs-delay-proxy)
+#                          else target/release/zarrfs-delay-proxy, built once if missing)
 #        LATENCIES         round trips in ms (default "0 20 50")
 #        SIZES             "small large" (default both: 8 KiB and 128 KiB inner chunks)
 #        ROWS              of "ref-up ref-files disk-sync journal no-journal write-back xarray" (default all)
