@@ -20,7 +20,7 @@ with no shard written, unsharded arrays, groups with attributes and non-Zarr fil
 
 The `bench` set holds big uint8 arrays with inner chunks of 8 KiB and 128 KiB (`bytes`-only and
 zstd), and one of 65,536 tiny inner chunks (for `find` and `ls -lR`), written by tensorstore
-(the fast writer), for scripts/bench_read.sh.
+(the fast writer), for bench/bench_read.sh.
 """
 from __future__ import annotations
 

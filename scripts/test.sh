@@ -15,11 +15,13 @@ bash scripts/setup.sh --test
 echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy"
-cargo clippy --quiet --all-targets -- -D warnings
+cargo clippy --quiet --workspace --all-targets -- -D warnings
 echo "test: cargo test"
 cargo test --quiet
 echo "test: real clients (pytest tests/clients)"
-cargo build --quiet
+# zarrfs and the delaying proxy of the latency tests (bench/delay-proxy, a workspace member:
+# tests/clients/latency.py finds it in target/debug).
+cargo build --quiet --workspace
 # Includes the remote-source tests: they start moto (S3), Azurite, fake-gcs-server and nginx on
 # 127.0.0.1 themselves (scripts/servers.sh) and stop them afterwards.
 # Both client runs go on after a failure, so one CI run reports both.

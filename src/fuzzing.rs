@@ -3,7 +3,7 @@
 //! packed again, a chunk key decoded and encoded again, a view document translated back
 //! unchanged) it is checked, and a broken one panics, which is what the fuzzer reports.
 //!
-//! The targets in `fuzz/` (cargo-fuzz, nightly; `scripts/fuzz.sh`) call these, and an ordinary
+//! The targets in `fuzz/` (cargo-fuzz, nightly; `scripts/dev/fuzz.sh`) call these, and an ordinary
 //! test on stable (`tests/fuzz_corpus.rs`) feeds each the files of its corpus under
 //! `fuzz/corpus/<name>/`, so every crash once found stays a regression test.
 

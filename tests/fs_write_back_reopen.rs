@@ -4,7 +4,7 @@
 //! with O_TRUNC, its content is empty until the new bytes arrive; a write-back pass in that
 //! window (the flusher, or an fsync of any other file) used to commit the empty content, so a
 //! crash before the next commit left a 0-byte inner chunk in its shard, a chunk no reader can
-//! decode (scripts/crash_loop.py found it: kill -9 during a write-back workload). A file open
+//! decode (scripts/dev/crash_loop.py found it: kill -9 during a write-back workload). A file open
 //! for writing is being written, not pending: it is committed when it is closed again, or
 //! fsynced, or at unmount.
 

@@ -1,7 +1,7 @@
 //! Every file of every fuzz corpus (`fuzz/corpus/<target>/`, seeded by
-//! `scripts/fuzz_corpus.py` from the real-client fixtures, and holding every crash the fuzzers
+//! `scripts/dev/fuzz_corpus.py` from the real-client fixtures, and holding every crash the fuzzers
 //! found) fed to its target's function on the stable toolchain: no panic, and the round trips
-//! the targets check hold. The fuzzers themselves (`fuzz/`, `scripts/fuzz.sh`) are not built
+//! the targets check hold. The fuzzers themselves (`fuzz/`, `scripts/dev/fuzz.sh`) are not built
 //! here.
 
 use std::path::Path;

@@ -55,7 +55,7 @@ pub struct WriteHandle {
     /// Not flushed since it was opened or last written through: only then does its release
     /// commit. The kernel sends a closed handle's release later, on its own; by then the name
     /// may be open again and truncated, and committing at that release would store the next
-    /// writer's half-written content (an empty chunk, found by scripts/crash_loop.py).
+    /// writer's half-written content (an empty chunk, found by scripts/dev/crash_loop.py).
     pub unflushed: AtomicBool,
 }
 

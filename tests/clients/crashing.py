@@ -1,6 +1,6 @@
 """Crash loops: kill -9 of the daemon at a random moment of a write workload, then strict checks
 of what the store holds, then a remount that must sweep what the crash left and show exactly
-the store. Used by tests/clients/test_write_crash.py (CI-sized) and scripts/crash_loop.py (the
+the store. Used by tests/clients/test_write_crash.py (CI-sized) and scripts/dev/crash_loop.py (the
 long campaigns).
 
 Modes:

@@ -4,8 +4,10 @@
 server on `upstream_port`, logging every chunk a client sends. `waves()` counts the round trips
 of wall time a workload took: sends more than half a round trip after the one before start a
 new wave, so requests sent together count once and requests sent one after another count one
-each. It is found beside the zarrfs binary under test (ZARRFS_BIN's directory), or in
-target/{release,debug}.
+each. It is a member of the workspace apart from the product (bench/delay-proxy; built by
+`cargo build --workspace`, as scripts/test.sh does, or `cargo build -p zarrfs-delay-proxy`) and
+is found beside the zarrfs binary under test (ZARRFS_BIN's directory), or in
+target/{debug,release}.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ def proxy_binary() -> Path:
     for path in candidates:
         if os.access(path, os.X_OK):
             return path
-    raise FileNotFoundError(f"{NAME} not built (looked in {', '.join(map(str, candidates))})")
+    raise FileNotFoundError(f"{NAME} not built (cargo build --workspace; looked in "
+                            f"{', '.join(map(str, candidates))})")
 
 
 class DelayProxy:

@@ -5,7 +5,7 @@ Through the mount, zarr-python lists every array, with and without the consolida
 metadata, exactly as it lists them directly, but unsharded: the chunk shape is the inner one;
 the root's consolidated block says the same, entry by entry, as the arrays' own documents in
 the view; the data reads back as written; and opening the hierarchy or one array costs a
-handful of store requests, not one per array. (scripts/bench_hierarchy.sh times the same at
+handful of store requests, not one per array. (bench/bench_hierarchy.sh times the same at
 10,000 arrays.) The arrays' attributes make the root document big (over 1 MiB), which the view
 rewrites when it is first read rather than when the root is found (view/group_doc.rs).
 

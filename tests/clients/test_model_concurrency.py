@@ -34,7 +34,7 @@ SEED = int(os.environ.get("ZARRFS_MODEL_SEED", str(int(time.time()) % 100000)))
 
 
 def seeds() -> list[int]:
-    """The seeds to run: ZARRFS_MODEL_SEEDS="FIRST-LAST" for a campaign (scripts/model_campaign.sh),
+    """The seeds to run: ZARRFS_MODEL_SEEDS="FIRST-LAST" for a campaign (scripts/dev/model_campaign.sh),
     else the one seed."""
     spec = os.environ.get("ZARRFS_MODEL_SEEDS")
     if not spec:

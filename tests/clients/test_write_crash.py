@@ -1,4 +1,4 @@
-"""Crashes while writing (CI-sized; scripts/crash_loop.py runs the long campaigns): a foreground
+"""Crashes while writing (CI-sized; scripts/dev/crash_loop.py runs the long campaigns): a foreground
 mount takes a stream of chunk writes from four threads (self-describing payloads), and every
 daemon pid is killed with SIGKILL at a seeded random moment. While it writes, and after
 cleaning up the dead mount, no shard or chunk in the store may be torn or unparseable (an empty

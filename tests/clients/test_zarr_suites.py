@@ -12,7 +12,7 @@ daemon's log tail.
 
 The state machine runs derandomized, 20 examples x 30 steps on local disk and the local mount,
 10 x 20 through S3 (each step there costs about 0.5 s against moto: about 2 minutes a run);
-ZARR_SUITE_EXAMPLES / ZARR_SUITE_STEPS override both. scripts/zarr_suite_campaign.sh runs
+ZARR_SUITE_EXAMPLES / ZARR_SUITE_STEPS override both. scripts/dev/zarr_suite_campaign.sh runs
 longer, randomized campaigns."""
 from __future__ import annotations
 

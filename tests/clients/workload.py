@@ -9,7 +9,7 @@ its writer thread, key and sequence number, so every value is unique and a read 
 write it came from. Every operation is timed on one monotonic clock; one that has not returned
 long after the run ends is a hang.
 
-Used by the model tests (test_model_concurrency.py) and by scripts/soak.sh.
+Used by the model tests (test_model_concurrency.py) and by scripts/dev/soak.sh.
 """
 from __future__ import annotations
 

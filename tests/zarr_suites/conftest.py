@@ -11,7 +11,7 @@ Environment:
     ZARR_SUITE_EXAMPLES  hypothesis examples of the state machine (default 20)
     ZARR_SUITE_STEPS     steps per example (default 30)
     ZARR_SUITE_SEED      a seed: the state machine runs randomized from it instead of
-                         derandomized (the campaign, scripts/zarr_suite_campaign.sh)
+                         derandomized (the campaign, scripts/dev/zarr_suite_campaign.sh)
     ZARR_SUITE_SHRINK    1: shrink a failing example (off by default: through a mount shrinking
                          can take minutes; the derandomized run replays the same example)
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Walk benchmark of zarrfs (issue 35, millions of chunk files), side by side in one run, for
 # N chunk files per size (default 10^4, 10^5, 10^6):
-#   fixture  one hierarchy per N, written by tensorstore (scripts/bench_walk.py): `grid`, a 2-D
+#   fixture  one hierarchy per N, written by tensorstore (bench/bench_walk.py): `grid`, a 2-D
 #            sharded uint8 array of N inner chunks of 4x4 bytes (c/I/J: R directories of C
 #            files, R x C = N, R <= C), shards of 256x256 chunks; `flat`, a 1-D one of shape
 #            (4N,), chunks of 4, shards of 65,536 chunks (c/I: N files in one directory)
@@ -27,7 +27,7 @@
 # (and peak) and the inodes it holds (`stat -f -c %c`) after the walks, and again after
 # `echo 2 > drop_caches` (the kernel forgets its inodes) and 1 s.
 #
-# Usage: scripts/bench_walk.sh
+# Usage: bench/bench_walk.sh
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs)
 #        WALK_SIZES   numbers of chunk files (default "10000 100000 1000000"; 10000000 needs
 #                     ~90 GB and 2*10^7 inodes for the native copies, and is only run if asked)
@@ -48,14 +48,14 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${ZARRFS_BIN:-$REPO/target/release/zarrfs}"
 PY="$REPO/.venv/bin/python"
-HELPER="$REPO/scripts/bench_walk.py"
+HELPER="$REPO/bench/bench_walk.py"
 SIZES="${WALK_SIZES:-10000 100000 1000000}"
 WALKS="${WALKS:-du find oswalk ls statall}"
 TARGETS="${TARGETS:-native ro rw ri${ZARRFS_BIN_BEFORE:+ ro-before rw-before ri-before}}"
 COLD_REMOUNT="${COLD_REMOUNT:-1}"
 export BENCH_DIR="${BENCH_DIR:-/var/tmp/zarrfs-bench-walk}"
 
-source "$REPO/scripts/bench_lib.sh" walk
+source "$REPO/bench/bench_lib.sh" walk
 
 # One run at a time per BENCH_DIR: a second one's exit would unmount the first one's mounts.
 exec 9> "$WORK/.lock"

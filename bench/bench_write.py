@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helper of scripts/bench_write.sh (the write benchmark); not meant to be run alone.
+"""Helper of bench/bench_write.sh (the write benchmark); not meant to be run alone.
 
 Usage: bench_write.py prepare WORK [--scale F]     seed hierarchy, empty template, expected data
        bench_write.py ts-write WORK SIZE DST_ROOT  tensorstore writes SIZE from memory; prints seconds
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # mount_stats, fixtures
 from mount_stats import mount_stats  # noqa: E402
 from fixtures import (TENSORSTORE, ArraySpec, Level, c_bytes, make_data,  # noqa: E402
                       write_group, write_tensorstore)

@@ -8,7 +8,7 @@
 #      zarr-python), copied from both views: the v2 copy decodes and re-encodes every chunk
 #      (zstd level 1), so MB/s of raw data transcoded.
 # Each copy is checked: zarr-python reads the copy as v2 and compares it with the source.
-# Usage: scripts/bench_v2.sh   Env: ZARRFS_BIN (default target/release/zarrfs), BENCH_SCALE
+# Usage: bench/bench_v2.sh   Env: ZARRFS_BIN (default target/release/zarrfs), BENCH_SCALE
 # (default 1), RUNS (default 3; the fastest is reported), BENCH_DIR (keep the work directory).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +18,7 @@ PY="$REPO/.venv/bin/python"
 SCALE="${BENCH_SCALE:-1}"
 RUNS="${RUNS:-3}"
 # shellcheck source=bench_lib.sh
-source "$REPO/scripts/bench_lib.sh" v2
+source "$REPO/bench/bench_lib.sh" v2
 
 say "writing the bench arrays (scale $SCALE) and a transcoded array"
 "$PY" "$REPO/scripts/fixtures.py" "$WORK/fx" --sets bench --bench-scale "$SCALE" >/dev/null 2>&1

@@ -1,4 +1,4 @@
-"""Write the fixture of scripts/bench_copy_memory.sh: one sharded uint8 array of N chunks of
+"""Write the fixture of bench/bench_copy_memory.sh: one sharded uint8 array of N chunks of
 4x4 elements (16 bytes each, uncompressed), 64x64 chunks a shard, written by tensorstore.
 Usage: bench_copy_memory.py ROOT N"""
 import math

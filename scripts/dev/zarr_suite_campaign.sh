@@ -5,7 +5,7 @@
 # options), a fresh mount and one run of both suites, the state machine randomized from a new
 # seed and larger than in CI. Figures for notes, not a CI gate.
 #
-# Usage: scripts/zarr_suite_campaign.sh [ROUNDS]     (default 3)
+# Usage: scripts/dev/zarr_suite_campaign.sh [ROUNDS]     (default 3)
 # Environment:
 #   ZARR_SUITE_EXAMPLES, ZARR_SUITE_STEPS   state machine size (default 100 x 50)
 #   CAMPAIGN_VENVS    "zarr3.1 zarr3.4" (default both)     CAMPAIGN_SOURCES  "local s3"
@@ -17,7 +17,7 @@
 # Needs scripts/setup.sh --test. Servers it starts (s3) are stopped at the end.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO"
 ROUNDS="${1:-3}"
 BIN="${ZARRFS_BIN:-$REPO/target/debug/zarrfs}"

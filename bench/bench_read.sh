@@ -13,7 +13,7 @@
 # Warm rows and walks also run on a --read-only --metadata-ttl indefinite mount ("ri"), where
 # the kernel keeps directory listings, entries and attributes.
 #
-# Usage: scripts/bench_read.sh
+# Usage: bench/bench_read.sh
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs)
 #        BENCH_SCALE  scales the array sizes (default 1: ~32 MB of 8 KiB, ~192 MB of 128 KiB)
 #        BENCH_DIR    work directory (default: a new one under ${TMPDIR:-/var/tmp}, removed after)
@@ -27,7 +27,7 @@ SCALE="${BENCH_SCALE:-1}"
 RUNS="${RUNS:-3}"
 SIZES=(small large small_zstd large_zstd)
 
-source "$REPO/scripts/bench_lib.sh" bench
+source "$REPO/bench/bench_lib.sh" bench
 
 # time_runs cold|warm CMD...: run CMD $RUNS times; print the fastest seconds. cold: page caches
 # dropped before each run. warm: one untimed run first, every cache kept, and only the dirty

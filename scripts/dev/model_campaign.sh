@@ -4,11 +4,11 @@
 # (rerun one with ZARRFS_MODEL_SEED=N) and a summary line. Operation logs of failures go to
 # .cache/model-SEED.log.
 #
-# Usage: scripts/model_campaign.sh [FIRST-LAST] [SECONDS]   (default 1-200, 6 s)
+# Usage: scripts/dev/model_campaign.sh [FIRST-LAST] [SECONDS]   (default 1-200, 6 s)
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs, built if missing)
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO"
 SEEDS="${1:-1-200}"
 SECONDS_EACH="${2:-6}"

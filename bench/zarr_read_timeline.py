@@ -4,7 +4,7 @@ local copy): every LocalStore.get is timed, and the run is summarised as the tot
 gets in order (the metadata probes a client makes before any chunk: zarr.json, and with
 zarr_format=None the v2 documents .zgroup, .zattrs, .zmetadata too), the gets started per
 100 ms (a flat rate is per-file cost; a gap is a wait), and the slow gets after the start.
-Used to split row d of scripts/bench_latency.sh into round trips and per-file cost.
+Used to split row d of bench/bench_latency.sh into round trips and per-file cost.
 
 Usage: zarr_read_timeline.py GROUP_DIR [ARRAY]   (ARRAY defaults to "data", as in the bench)
 """

@@ -4,7 +4,7 @@
 # mount <= 1.2x direct), side by side in one run:
 #   fixture  GROUPS groups x ARRAYS sharded arrays below one root (default 100 x 100), consolidated
 #            at the root by zarr-python; metadata written as JSON, three arrays with data
-#            written by zarr-python (scripts/bench_hierarchy.py)
+#            written by zarr-python (bench/bench_hierarchy.py)
 #   direct   the source directory itself, read by the same clients
 #   rw       the default (writable) mount;  ro  a `--read-only` mount
 # Measures:
@@ -26,7 +26,7 @@
 # (aim: <= 1.2). Per mount and operation, the store requests of the last timed run (from the
 # mount's counters): GETs, HEADs and LISTs; for a cold run, all that its fresh daemon sent.
 #
-# Usage: scripts/bench_hierarchy.sh
+# Usage: bench/bench_hierarchy.sh
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs)
 #        HIER_GROUPS, HIER_ARRAYS  the fixture's size (default 100 and 100)
 #        BENCH_DIR    where fixtures are kept, by size, for the next run (default
@@ -42,7 +42,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${ZARRFS_BIN:-$REPO/target/release/zarrfs}"
 PY="$REPO/.venv/bin/python"
-HELPER="$REPO/scripts/bench_hierarchy.py"
+HELPER="$REPO/bench/bench_hierarchy.py"
 NGROUPS="${HIER_GROUPS:-100}"
 NARRAYS="${HIER_ARRAYS:-100}"
 RUNS="${RUNS:-3}"
@@ -50,7 +50,7 @@ OPS="${OPS:-open read xr}"
 TARGETS="${TARGETS:-direct rw ro${ZARRFS_BIN_BEFORE:+ rw-before ro-before}}"
 export BENCH_DIR="${BENCH_DIR:-/var/tmp/zarrfs-bench-hierarchy}"
 
-source "$REPO/scripts/bench_lib.sh" hierarchy
+source "$REPO/bench/bench_lib.sh" hierarchy
 
 [[ "$NGROUPS" =~ ^[1-9][0-9]*$ && "$NARRAYS" =~ ^[1-9][0-9]*$ ]] || die "HIER_GROUPS, HIER_ARRAYS: not numbers"
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS: not a number: $RUNS"

@@ -25,7 +25,7 @@
 # 9000) neither disturb the timings nor lose their server; only moto's request log of this run
 # is parsed. It is stopped at the end (ZARRFS_KEEP_SERVERS=1 keeps it running, with BENCH_DIR).
 #
-# Usage: scripts/bench_remote.sh
+# Usage: bench/bench_remote.sh
 # Env:   ZARRFS_BIN    binary (default target/release/zarrfs; built once if missing)
 #        BENCH_SCALE   scales the bench arrays (default 1: ~34 MB of 8 KiB, ~201 MB of 128 KiB)
 #        BENCH_DIR     work directory (default: a new one under ${TMPDIR:-/var/tmp}, removed after)
@@ -38,16 +38,16 @@
 #        SKIP_PEERS    1: no s3fs/rclone (default 0)
 #        BENCH_S3_PORT port of the private moto on 127.0.0.1 (default 9190)
 #        BENCH_HTTP_PORT port of the private nginx (default 9191; the next one is taken too)
-#        SKIP_LATENCY  1: do not run scripts/bench_latency.sh at the end (default 0: it runs on
+#        SKIP_LATENCY  1: do not run bench/bench_latency.sh at the end (default 0: it runs on
 #                      the same binary, with its own servers and work directory; its LATENCIES,
 #                      SIZES, ROWS, CLIENT_CAP apply)
 #        LATENCY_RUNS  RUNS of bench_latency.sh (default 1)
-#        SKIP_WRITE_LATENCY  1: skip scripts/bench_write_latency.sh (S3 writes at round trips), run last
+#        SKIP_WRITE_LATENCY  1: skip bench/bench_write_latency.sh (S3 writes at round trips), run last
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$REPO/.venv/bin/python"
-HELPER="$REPO/scripts/bench_remote.py"
+HELPER="$REPO/bench/bench_remote.py"
 SEED="$REPO/scripts/seed_remote.py"
 SERVERS="$REPO/scripts/servers.sh"
 SCALE="${BENCH_SCALE:-1}"
@@ -67,15 +67,15 @@ if [ -n "${ZARRFS_BIN:-}" ]; then
 else
     BIN="$REPO/target/release/zarrfs"
     if [ ! -x "$BIN" ]; then
-        echo "bench: no release binary; cargo build --release (once)" >&2
-        (cd "$REPO" && cargo build --release)
+        echo "bench: no release binary; cargo build --release --workspace (once: zarrfs and the delaying proxy)" >&2
+        (cd "$REPO" && cargo build --release --workspace)
     elif [ -x "$REPO/target/debug/zarrfs" ] && [ "$REPO/target/debug/zarrfs" -nt "$BIN" ]; then
         echo "bench: WARNING: $BIN is older than target/debug/zarrfs; measuring it anyway" \
              "(cargo build --release to measure the current source)" >&2
     fi
 fi
 
-source "$REPO/scripts/bench_lib.sh" bench-remote
+source "$REPO/bench/bench_lib.sh" bench-remote
 
 HELP=$("$BIN" mount --help 2>&1 || true)
 for opt in --endpoint-url --view --prefetch-size --cache-size --read-only; do
@@ -511,20 +511,20 @@ echo "zarrfs remote benchmark: $("$BIN" --version 2>/dev/null | head -1) ($BIN_S
      "$(nproc) cores, page caches $caches, load avg at end $(cut -d' ' -f1-3 /proc/loadavg), total $(secs "$T_START" "$(now)") s"
 "$PY" "$HELPER" table "$RESULTS"
 
-# -- the same kind of workloads at cloud round trips (scripts/bench_latency.sh), same binary
+# -- the same kind of workloads at cloud round trips (bench/bench_latency.sh), same binary
 if [ "${SKIP_LATENCY:-0}" != 1 ]; then
-    say "latency benchmark: scripts/bench_latency.sh (SKIP_LATENCY=1 skips it)"
+    say "latency benchmark: bench/bench_latency.sh (SKIP_LATENCY=1 skips it)"
     proxy="${ZARRFS_PROXY_BIN:-$(dirname "$BIN_SHOWN")/zarrfs-delay-proxy}"
-    [ -x "$proxy" ] || proxy="$REPO/target/release/zarrfs-delay-proxy"
+    [ -x "$proxy" ] || proxy=""  # bench_lib.sh's find_delay_proxy: the release build's, built once
     ZARRFS_BIN="$BIN" ZARRFS_PROXY_BIN="$proxy" BENCH_DIR= RUNS="${LATENCY_RUNS:-1}" \
-        bash "$REPO/scripts/bench_latency.sh"
+        bash "$REPO/bench/bench_latency.sh"
 fi
 
-# -- writing into an S3 mount at cloud round trips (scripts/bench_write_latency.sh), same binary
+# -- writing into an S3 mount at cloud round trips (bench/bench_write_latency.sh), same binary
 if [ "${SKIP_WRITE_LATENCY:-0}" != 1 ]; then
-    say "write latency benchmark: scripts/bench_write_latency.sh (SKIP_WRITE_LATENCY=1 skips it)"
+    say "write latency benchmark: bench/bench_write_latency.sh (SKIP_WRITE_LATENCY=1 skips it)"
     proxy="${ZARRFS_PROXY_BIN:-$(dirname "$BIN_SHOWN")/zarrfs-delay-proxy}"
-    [ -x "$proxy" ] || proxy="$REPO/target/release/zarrfs-delay-proxy"
+    [ -x "$proxy" ] || proxy=""  # bench_lib.sh's find_delay_proxy: the release build's, built once
     ZARRFS_BIN="$BIN" ZARRFS_PROXY_BIN="$proxy" BENCH_DIR= RUNS="${LATENCY_RUNS:-1}" ROWS= \
-        bash "$REPO/scripts/bench_write_latency.sh"
+        bash "$REPO/bench/bench_write_latency.sh"
 fi

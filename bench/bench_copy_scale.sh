@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Peak memory and time of `zarrfs copy` at 10^6 or 10^7 chunk files (issue 35, aim 6: peak RSS
 # <= 256 MiB at 10^7), without the disk 10^7 files of 4 KiB blocks would take (~40 GB):
-#   source   the `grid` array of scripts/bench_walk.sh's sharded fixture for N (a 2-D uint8 array
+#   source   the `grid` array of bench/bench_walk.sh's sharded fixture for N (a 2-D uint8 array
 #            of N chunks of 4x4 bytes, 16-byte chunk files, shards of 256x256 chunks; made by
 #            tensorstore if missing, and kept in FIXTURE_DIR/nN/src for the next run)
 #   unshard  `zarrfs copy --unshard` of it into a loop-mounted ext4 made for tiny files
@@ -16,7 +16,7 @@
 # the other, on the same input, so that their figures can be set side by side (the machine is
 # shared: read ratios of neighbouring rows, not absolute times).
 #
-# Usage: scripts/bench_copy_scale.sh [N]   (default 1000000; 10000000 takes ~30 min a copy here)
+# Usage: bench/bench_copy_scale.sh [N]   (default 1000000; 10000000 takes ~30 min a copy here)
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs); BASE_BIN a second one
 #        FIXTURE_DIR  sharded fixtures by N (default /var/tmp/zarrfs-bench-walk, bench_walk's)
 #        SHARDS       shard shapes for --shard (default "1024,1024 4096,4096")
@@ -32,7 +32,7 @@ N="${1:-1000000}"
 FIXTURE_DIR="${FIXTURE_DIR:-/var/tmp/zarrfs-bench-walk}"
 SHARDS="${SHARDS:-1024,1024 4096,4096}"
 
-source "$REPO/scripts/bench_lib.sh" copy-scale
+source "$REPO/bench/bench_lib.sh" copy-scale
 
 [ -x /usr/bin/time ] || die "needs /usr/bin/time (GNU time)"
 command -v mkfs.ext4 >/dev/null || die "needs mkfs.ext4"
@@ -56,7 +56,7 @@ if [ ! -f "$SRC/grid/zarr.json" ]; then
     say "N=$N: writing the sharded fixture (tensorstore) in $FIXTURE_DIR/n$N"
     mkdir -p "$FIXTURE_DIR/n$N"
     rm -rf "$SRC.tmp"
-    "$PY" "$REPO/scripts/bench_walk.py" fixture "$SRC.tmp" "$N"
+    "$PY" "$REPO/bench/bench_walk.py" fixture "$SRC.tmp" "$N"
     mv "$SRC.tmp" "$SRC"
 fi
 

@@ -1,4 +1,4 @@
-"""The mixed workload for a long run: scripts/soak.sh MINUTES [local|s3] (not part of CI).
+"""The mixed workload for a long run: scripts/dev/soak.sh MINUTES [local|s3] (not part of CI).
 
 Two mounts of one source (a local directory, or an S3 prefix on moto through the
 fault-injecting proxy of the tests, failing FAULT_PERCENT of requests), four threads doing
@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "scripts"), str(REPO / "tests" / "clients")]
 
 import shardindex as si  # noqa: E402

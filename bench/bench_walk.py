@@ -1,4 +1,4 @@
-"""Helper of scripts/bench_walk.sh (issue 35, millions of chunk files).
+"""Helper of bench/bench_walk.sh (issue 35, millions of chunk files).
 
   bench_walk.py fixture DIR N      write DIR: a hierarchy (written by tensorstore) of two sharded
                                    uint8 arrays with N inner chunks of 16 bytes each:
@@ -106,7 +106,7 @@ def first(top: str) -> None:
 
 
 def stats(mnt: str) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     from mount_stats import mount_stats
     print(json.dumps(mount_stats(mnt)))
 

@@ -34,11 +34,11 @@
 # (pip) into .cache/bench-s3fs with the botocore it needs, apart from the venv, whose boto3 (moto's)
 # needs a newer botocore than s3fs accepts.
 #
-# Usage: scripts/bench_write_latency.sh
-#        LATENCIES="20" SIZES=small ROWS="ref-up journal" scripts/bench_write_latency.sh   (a part)
+# Usage: bench/bench_write_latency.sh
+#        LATENCIES="20" SIZES=small ROWS="ref-up journal" bench/bench_write_latency.sh   (a part)
 # Env:   ZARRFS_BIN        binary (default target/release/zarrfs)
 #        ZARRFS_PROXY_BIN  the delaying proxy (default: zarrfs-delay-proxy beside ZARRFS_BIN,
-#                          else target/release/zarrfs-delay-proxy)
+#                          else target/release/zarrfs-delay-proxy, built once if missing)
 #        LATENCIES         round trips in ms (default "0 20 50")
 #        SIZES             "small large" (default both: 8 KiB and 128 KiB inner chunks)
 #        ROWS              of "ref-up ref-files disk-sync journal no-journal write-back xarray" (default all)
@@ -57,7 +57,7 @@ SERVERS="$REPO/scripts/servers.sh"
 S3FS_DIR="$REPO/.cache/bench-s3fs"
 S3FS_PKGS=(s3fs==2026.9.0 aiobotocore==3.10.0 botocore==1.43.117 aioitertools==0.13.0 wrapt==2.5.2)
 BIN="${ZARRFS_BIN:-$REPO/target/release/zarrfs}"
-source "$REPO/scripts/bench_lib.sh" bench-write-latency
+source "$REPO/bench/bench_lib.sh" bench-write-latency
 find_delay_proxy
 HELP=$("$BIN" mount --help 2>&1 || true)
 for opt in --journal --no-journal --write-back-delay --endpoint-url; do
@@ -102,6 +102,6 @@ fi
 
 # In the background and waited for, so that a signal to this script reaches the trap at once
 # (which ends the helper first).
-"$PY" "$REPO/scripts/bench_write_latency.py" run "$WORK" --bin "$BIN" --proxy "$PROXY" &
+"$PY" "$REPO/bench/bench_write_latency.py" run "$WORK" --bin "$BIN" --proxy "$PROXY" &
 HELPER_PID=$!
 wait "$HELPER_PID"

@@ -30,7 +30,7 @@
 # The store is listed before unmount and after the daemon exits; a change (a write the counters
 # missed) is reported. After each run zarr-python reads the sharded store and must get the data.
 #
-# Usage: scripts/bench_write.sh
+# Usage: bench/bench_write.sh
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs)
 #        BENCH_SCALE  scales the array sizes (default 1: ~34 MB of 8 KiB, ~201 MB of 128 KiB chunks,
 #                     the shapes of bench_read.sh)
@@ -45,14 +45,14 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${ZARRFS_BIN:-$REPO/target/release/zarrfs}"
 PY="$REPO/.venv/bin/python"
-HELPER="$REPO/scripts/bench_write.py"
+HELPER="$REPO/bench/bench_write.py"
 SCALE="${BENCH_SCALE:-1}"
 RUNS="${RUNS:-3}"
 WB_DELAY="${WB_DELAY:-5}"
 PREMKDIR="${PREMKDIR:-0}"
 SIZES=(small large)
 
-source "$REPO/scripts/bench_lib.sh" bench-write
+source "$REPO/bench/bench_lib.sh" bench-write
 "$BIN" mount --help 2>/dev/null | grep -q -- --write-back-delay \
     || die "$BIN has no --write-back-delay (stale build? cargo build --release)"
 ROW="$WORK/row.tsv"

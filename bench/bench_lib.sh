@@ -42,8 +42,9 @@ drop_caches() {
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
-# The delaying proxy: ZARRFS_PROXY_BIN, else zarrfs-delay-proxy beside BIN, else the release
-# build's. Sets PROXY; dies if it is not there.
+# The delaying proxy (bench/delay-proxy, a workspace member apart from the product):
+# ZARRFS_PROXY_BIN, else zarrfs-delay-proxy beside BIN, else the release build's, built once
+# if it is not there. Sets PROXY; dies if it is not there.
 find_delay_proxy() {
     if [ -n "${ZARRFS_PROXY_BIN:-}" ]; then
         PROXY="$ZARRFS_PROXY_BIN"
@@ -51,8 +52,12 @@ find_delay_proxy() {
         PROXY="$(dirname "$BIN")/zarrfs-delay-proxy"
     else
         PROXY="$REPO/target/release/zarrfs-delay-proxy"
+        if [ ! -x "$PROXY" ]; then
+            say "no $PROXY; cargo build --release -p zarrfs-delay-proxy (once)"
+            (cd "$REPO" && cargo build --release --quiet -p zarrfs-delay-proxy) >&2
+        fi
     fi
-    [ -x "$PROXY" ] || die "no zarrfs-delay-proxy at $PROXY (cargo build --release --bin zarrfs-delay-proxy, or set ZARRFS_PROXY_BIN)"
+    [ -x "$PROXY" ] || die "no zarrfs-delay-proxy at $PROXY (cargo build --release -p zarrfs-delay-proxy, or set ZARRFS_PROXY_BIN)"
 }
 
 # End only what this run started: the mounts under $WORK, and the pids it recorded in

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helper of scripts/bench_write_latency.sh: writing into an S3 mount at cloud round trips, the
+"""Helper of bench/bench_write_latency.sh: writing into an S3 mount at cloud round trips, the
 write journal (the default) against commit at close, write-back in memory and rclone uploading
 the same data, side by side in one table (see bench_write_latency.sh for what is measured).
 
@@ -40,9 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
-SCRIPTS = Path(__file__).resolve().parent
-REPO = SCRIPTS.parent
-sys.path.insert(0, str(SCRIPTS))
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+SCRIPTS = REPO / "scripts"  # servers.sh, seed_remote.py, mount_stats.py
+sys.path[:0] = [str(BENCH), str(SCRIPTS)]
 from bench_latency import (  # noqa: E402
     ARRAYS, LABEL, RCLONE_FLAGS, SHAPE, SHARD, VAR, BenchError, Processes, Proxy, alive, end_daemon, expected, exit_on_signals,
     identity_lines, machine_line, now, run_command, say,

@@ -4,10 +4,10 @@ round after round, with strict checks of the store after every kill (tests/clien
 says what a round does and checks).
 
 Usage (with the project's venv, as root, /dev/fuse; build the binary first):
-    .venv/bin/python scripts/crash_loop.py --rounds 50 --source local --mode default --seed 1
-    .venv/bin/python scripts/crash_loop.py --rounds 20 --source s3 --mode writeback --seed 1
-    .venv/bin/python scripts/crash_loop.py --rounds 20 --source s3 --mode journal --seed 1
-    .venv/bin/python scripts/crash_loop.py --rounds 20 --source s3 --mode journal --latency-ms 20
+    .venv/bin/python scripts/dev/crash_loop.py --rounds 50 --source local --mode default --seed 1
+    .venv/bin/python scripts/dev/crash_loop.py --rounds 20 --source s3 --mode writeback --seed 1
+    .venv/bin/python scripts/dev/crash_loop.py --rounds 20 --source s3 --mode journal --seed 1
+    .venv/bin/python scripts/dev/crash_loop.py --rounds 20 --source s3 --mode journal --latency-ms 20
 
 Options:
     --rounds N                 rounds (default 20)
@@ -61,7 +61,7 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "tests" / "clients"))
 
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
 
     binary = Path(args.binary).resolve()
     if not os.access(binary, os.X_OK):
-        print(f"crash_loop: no zarrfs binary at {binary} (cargo build, or --binary)", file=sys.stderr)
+        print(f"crash_loop: no zarrfs binary at {binary} (cargo build --workspace, or --binary)", file=sys.stderr)
         return 2
     kill_acks = (5, 300) if args.source == "local" else (3, 60)
     if args.kill_acks:

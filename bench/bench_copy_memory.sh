@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Peak memory of `zarrfs copy` by the number of chunk files (issue 35): for each N, a sharded
 # uint8 array of about N chunks of 4x4 bytes (64x64 chunks a shard, written by tensorstore,
-# scripts/bench_copy_memory.py) is copied with --unshard (N files written), then that copy
+# bench/bench_copy_memory.py) is copied with --unshard (N files written), then that copy
 # packed again with --shard 256,256; each run's peak RSS (/usr/bin/time -v) and seconds are
 # printed as a table. The copy plans array by array and a chunk directory at a time, so the
 # peak should not grow with N.
-# Usage: scripts/bench_copy_memory.sh [N...]   (default: 100000 1000000)
+# Usage: bench/bench_copy_memory.sh [N...]   (default: 100000 1000000)
 # Env: ZARRFS_BIN (default target/release/zarrfs), BENCH_DIR (kept; default a temporary
 # directory under TMPDIR or /var/tmp, removed at the end), JOBS (--jobs, default 16).
 set -euo pipefail
@@ -40,7 +40,7 @@ run() {
 printf "%-10s %10s %10s %12s\n" direction chunks peak_MiB wall
 for N in "$@"; do
     rm -rf "$WORK/sharded" "$WORK/unsharded" "$WORK/packed"
-    N=$("$PY" "$REPO/scripts/bench_copy_memory.py" "$WORK/sharded" "$N")
+    N=$("$PY" "$REPO/bench/bench_copy_memory.py" "$WORK/sharded" "$N")
     run unshard "$WORK/sharded" "$WORK/unsharded" --unshard
     run shard "$WORK/unsharded" "$WORK/packed" --shard 256,256
     cmp -s "$WORK/sharded/a/c/0/0" "$WORK/packed/a/c/0/0" || echo "note: the packed shard a/c/0/0 differs from the source's" >&2

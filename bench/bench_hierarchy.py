@@ -1,4 +1,4 @@
-"""Helper of scripts/bench_hierarchy.sh (issue 35 aim 5, large hierarchies with consolidated
+"""Helper of bench/bench_hierarchy.sh (issue 35 aim 5, large hierarchies with consolidated
 metadata).
 
   bench_hierarchy.py fixture DIR GROUPS ARRAYS
@@ -54,7 +54,7 @@ def attributes(group: int, array: int) -> dict:
         "description": "Synthetic variable of the zarrfs large-hierarchy benchmark: a sharded "
                        "float32 field whose metadata is consolidated at the root of the "
                        "hierarchy together with ten thousand others.",
-        "source": "scripts/bench_hierarchy.py",
+        "source": "bench/bench_hierarchy.py",
         "valid_range": [150.0, 350.0],
         "index": [group, array],
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helper of scripts/bench_latency.sh: zarrfs against the tools a user would otherwise reach
+"""Helper of bench/bench_latency.sh: zarrfs against the tools a user would otherwise reach
 for, at cloud round trips, side by side in one run (see bench_latency.sh for what is measured).
 
 Subcommands:
@@ -37,9 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-SCRIPTS = Path(__file__).resolve().parent
-REPO = SCRIPTS.parent
-sys.path.insert(0, str(SCRIPTS))
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+SCRIPTS = REPO / "scripts"  # servers.sh, seed_remote.py, mount_stats.py
+sys.path[:0] = [str(BENCH), str(SCRIPTS)]
 from mount_stats import mount_stats  # noqa: E402
 
 SHAPE = (4096, 4096)

@@ -15,8 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+SCRIPTS = Path(__file__).resolve().parents[1]  # fixtures.py, bad_fixtures.py
+sys.path.insert(0, str(SCRIPTS))
 
 MAX_SHARD = 8 << 10
 

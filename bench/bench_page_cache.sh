@@ -12,7 +12,7 @@
 # before figure of a change, in the same run). Runs alternate between the mounts, so noise from
 # other work on the machine hits all of them alike; the fastest of RUNS is reported.
 #
-# Usage: scripts/bench_page_cache.sh
+# Usage: bench/bench_page_cache.sh
 # Env:   ZARRFS_BIN       binary (default target/release/zarrfs)
 #        ZARRFS_BASE_BIN  a second binary whose default mount is measured too (optional)
 #        RUNS             timed runs per measurement (default 5)
@@ -25,7 +25,7 @@ BASE_BIN="${ZARRFS_BASE_BIN:-}"
 PY="$REPO/.venv/bin/python"
 RUNS="${RUNS:-5}"
 
-source "$REPO/scripts/bench_lib.sh" pagecache
+source "$REPO/bench/bench_lib.sh" pagecache
 
 say "work directory $WORK"
 say "writing bench/small (8 KiB inner chunks)"

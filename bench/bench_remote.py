@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helper of scripts/bench_remote.sh: fixtures, measurements that need Python, and the table.
+"""Helper of bench/bench_remote.sh: fixtures, measurements that need Python, and the table.
 
 Subcommands (WORK is the benchmark's work directory):
     prepare WORK --scale F --files N --mib M
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-SCRIPTS = Path(__file__).resolve().parent
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"  # fixtures.py, seed_remote.py, mount_stats.py
 sys.path.insert(0, str(SCRIPTS))
 from mount_stats import mount_stats  # noqa: E402
 

@@ -4,11 +4,11 @@
 # finds go to fuzz/target/corpus/<target>, which later runs start from too; crashes land in
 # fuzz/artifacts/<target>/ and the run stops with an error).
 # Prints executions per target and in total (libFuzzer's final stats).
-# Usage: scripts/fuzz.sh SECONDS   Installs cargo-fuzz (crates.io) when missing.
+# Usage: scripts/dev/fuzz.sh SECONDS   Installs cargo-fuzz (crates.io) when missing.
 # Every crash found becomes a regression test: copy it into fuzz/corpus/<target>/, where
 # tests/fuzz_corpus.rs replays it on stable.
 set -euo pipefail
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SECONDS_TOTAL="${1:?usage: fuzz.sh SECONDS}"
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 TARGETS=(shard_index shard_pack zarr_json draft legacy chunk_key bytes_codecs mount_options)

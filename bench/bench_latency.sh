@@ -35,12 +35,12 @@
 # default ports are neither disturbed nor used. Mounts, proxies and servers of this run are
 # ended on exit; the binaries are copied into the work directory first.
 #
-# Usage: scripts/bench_latency.sh
-#        ZARRFS_BIN=/var/tmp/zarrfs-before scripts/bench_latency.sh   (another binary)
-#        LATENCIES="50" SIZES=small ROWS=bfg scripts/bench_latency.sh (a part of it)
+# Usage: bench/bench_latency.sh
+#        ZARRFS_BIN=/var/tmp/zarrfs-before bench/bench_latency.sh   (another binary)
+#        LATENCIES="50" SIZES=small ROWS=bfg bench/bench_latency.sh (a part of it)
 # Env:   ZARRFS_BIN        binary (default target/release/zarrfs)
 #        ZARRFS_PROXY_BIN  the delaying proxy (default: zarrfs-delay-proxy beside ZARRFS_BIN,
-#                          else target/release/zarrfs-delay-proxy)
+#                          else target/release/zarrfs-delay-proxy, built once if missing)
 #        LATENCIES         round trips in ms (default "0 20 50")
 #        SIZES             "small large" (default both: 8 KiB and 128 KiB inner chunks)
 #        ROWS              letters of the rows above (default abcdefghknxy; b is measured for e too)
@@ -58,7 +58,7 @@ PY="$REPO/.venv/bin/python"
 SERVERS="$REPO/scripts/servers.sh"
 BIN="${ZARRFS_BIN:-$REPO/target/release/zarrfs}"
 
-source "$REPO/scripts/bench_lib.sh" bench-latency
+source "$REPO/bench/bench_lib.sh" bench-latency
 find_delay_proxy
 
 # Ends only what this run started: mounts under $WORK, pids it recorded whose command line
@@ -74,4 +74,4 @@ trap full_cleanup EXIT
 
 ensure_rclone_and_aiohttp
 
-"$PY" "$REPO/scripts/bench_latency.py" run "$WORK" --bin "$BIN" --proxy "$PROXY"
+"$PY" "$REPO/bench/bench_latency.py" run "$WORK" --bin "$BIN" --proxy "$PROXY"
