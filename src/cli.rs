@@ -193,7 +193,7 @@ pub struct MountArgs {
     #[arg(long, help_heading = "Remote sources")]
     pub no_sign_request: bool,
     /// Web servers that list no directory: the most shards (or chunk keys of unsharded
-    /// arrays) one chunk directory's listing asks for (default 4096); beyond it, see README.
+    /// arrays) one chunk directory's listing asks for (default 4096); beyond it, see docs/remote.md.
     #[arg(long, value_name = "N", help_heading = "Remote sources")]
     pub max_probe_shards: Option<u64>,
     /// NAME[=VALUE],...: mount options (ro, allow_other, uid=N, ...), the options here by name

@@ -210,10 +210,5 @@ def test_every_path_named_in_code_exists():
         for p in sorted(named_paths(page)):
             if (REPO / p).exists():
                 continue
-            # The benchmarks move from scripts/ to bench/ on another branch; the pages already
-            # say bench/. Until that move is merged, the file under scripts/ stands in for it.
-            # (Remove this fallback once bench/ exists.)
-            if p.startswith("bench/") and (REPO / "scripts" / p.removeprefix("bench/")).exists():
-                continue
             missing.append(f"{page.relative_to(REPO)}: {p}")
     assert not missing, f"paths named in the docs that do not exist: {missing}"
