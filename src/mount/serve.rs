@@ -1,214 +1,37 @@
-//! Wiring: turns validated settings into a running mount, and runs the other commands.
-//! Daemon mode is in [`crate::daemon`]. Exit codes are decided here and nowhere else.
+//! Serving a mount: the runtime built, the source opened through the same stack a copy reads
+//! ([`reading`](super::reading)) and checked, its metadata warmed up, the journal of an
+//! earlier mount replayed, the filesystem mounted and served until unmounted; then pending
+//! writes committed. systemd (`Type=notify`) is told when the mount is live and when it stops.
 
-use std::fs::OpenOptions;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::{Cli, Command, LogFormat, MountSettings, SourceSpec};
+use super::logging::message;
+use super::settings::{MountSettings, SourceSpec};
+use super::source::{check_reachable, source_name};
 use crate::fs::journal::Journal;
 use crate::fs::{Fs, FsConfig};
-use crate::fuse::mount_table::absolute_mount_path;
 use crate::fuse::session::{self, MountConfig};
-use crate::source::{check_reachable, open_store, source_name, zarr_warning, LOOK_ENTRIES};
 use crate::store::disk_cache::store::DiskCachedStore;
 use crate::store::local::watch::SourceWatch;
-use crate::store::object::SearchOptions;
 use crate::store::Store;
-use crate::view::{View, ViewMode, WarmUpLimits};
-
-/// Run a parsed command line; returns the process exit code.
-pub fn run(cli: Cli) -> i32 {
-    let result = match cli.command {
-        Command::Mount(args) => match args.settings() {
-            Ok(settings) => mount(settings),
-            Err(message) => Err(anyhow::anyhow!(message)),
-        },
-        Command::Unmount { mountpoint } => crate::mountpoint::unmount(&mountpoint),
-        Command::Stats { mountpoint, json } => crate::mount_stats::print(&mountpoint, json),
-        Command::Inspect { source, json } => inspect(&source, json),
-        Command::Copy {
-            shard_size: Some(_),
-            shard,
-            ..
-        } if shard != Some(crate::cli::ShardShape::Auto) => Err(anyhow::anyhow!(
-            "--shard-size goes with --shard auto (with --shard SHAPE, SHAPE sets the shards' size)"
-        )),
-        Command::Copy {
-            source,
-            dest,
-            jobs,
-            part,
-            verify,
-            json,
-            progress_every,
-            shard,
-            shard_size,
-            max_probe_shards,
-            ..
-        } => crate::copy::run(&crate::copy::CopyArgs {
-            source,
-            dest,
-            jobs,
-            part: part.unwrap_or(crate::copy::Part::WHOLE),
-            verify,
-            json,
-            progress_every: std::time::Duration::try_from_secs_f64(progress_every.clamp(0.1, 1e6))
-                .unwrap_or(std::time::Duration::from_secs(10)),
-            shard: shard.map(|s| match s {
-                crate::cli::ShardShape::Given(shape) => crate::copy::Shaping::Shape(shape),
-                crate::cli::ShardShape::Auto => crate::copy::Shaping::Auto {
-                    bytes: shard_size.unwrap_or(crate::copy::DEFAULT_SHARD_BYTES),
-                },
-            }),
-            max_probe_shards,
-        })
-        .map(drop),
-    };
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("zarrfs: {}", message(&e));
-            1
-        }
-    }
-}
-
-/// An error and its causes, each said once (a cause's text is often part of its parent's).
-pub(crate) fn message(e: &anyhow::Error) -> String {
-    let mut out = e.to_string();
-    for cause in e.chain().skip(1) {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-    }
-    out
-}
-
-/// Log lines go to the file, or to stderr; colour only on a terminal, JSON lines on request.
-pub(crate) fn init_logging(log_file: Option<&Path>, format: LogFormat) -> Result<()> {
-    use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fuser=error"));
-    // With RUST_LOG=debug each FUSE request's span ends with a line giving its duration.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE);
-    let writer = match log_file {
-        Some(path) => {
-            let file = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("cannot open log file {}", path.display()))?;
-            tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::sync::Mutex::new(file))
-        }
-        None => tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr),
-    };
-    let ansi = log_file.is_none() && std::io::stderr().is_terminal();
-    match format {
-        LogFormat::Text => builder.with_ansi(ansi).with_writer(writer).init(),
-        LogFormat::Json => builder.json().with_ansi(false).with_writer(writer).init(),
-    }
-    std::panic::set_hook(Box::new(|info| tracing::error!("panic: {info}")));
-    Ok(())
-}
-
-fn absolute(path: &Path) -> Result<PathBuf> {
-    std::fs::canonicalize(path).with_context(|| format!("{}", path.display()))
-}
-
-/// Check everything that can be checked before forking, so errors reach the user directly.
-fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
-    if settings.writable && settings.view == ViewMode::V2 {
-        eprintln!("zarrfs: the v2 view is read-only: mounting read-only");
-        settings.writable = false;
-    }
-    let (given, path) = match &settings.source {
-        SourceSpec::Local(path) => (path.clone(), absolute(path).context("source")?),
-        SourceSpec::Remote { url, .. } => {
-            if settings.writable && crate::store::remote::is_http_url(url) {
-                let url = crate::store::remote::redact_url(url);
-                eprintln!("zarrfs: HTTP sources are read-only: mounting {url} read-only");
-                settings.writable = false;
-            }
-            return prepare_local_paths(settings);
-        }
-    };
-    if !path.is_dir() {
-        bail!("source {} is not a directory", path.display());
-    }
-    if settings.writable && nix::unistd::access(&path, nix::unistd::AccessFlags::W_OK).is_err() {
-        eprintln!("zarrfs: {} is not writable: mounting read-only", path.display());
-        settings.writable = false;
-    }
-    settings.source = SourceSpec::Local(path.clone());
-    let given_mountpoint = settings.mountpoint.clone();
-    let mut settings = prepare_local_paths(settings)?;
-    crate::mountpoint::refuse_circular((&given, &path), (&given_mountpoint, &settings.mountpoint))?;
-    settings.source_warning = zarr_warning(&path, settings.writable, LOOK_ENTRIES)?;
-    Ok(settings)
-}
-
-/// The mountpoint and the log file, made absolute (the daemon runs in `/`). A mountpoint whose
-/// daemon is gone cannot be looked at; it is cleaned up once logging runs (`start`).
-fn prepare_local_paths(mut settings: MountSettings) -> Result<MountSettings> {
-    let mountpoint = &settings.mountpoint;
-    settings.mountpoint =
-        absolute_mount_path(mountpoint).with_context(|| format!("mountpoint {}", mountpoint.display()))?;
-    match std::fs::metadata(&settings.mountpoint) {
-        Ok(meta) if meta.is_dir() => {}
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {}
-        Ok(_) => bail!("mountpoint {} is not a directory", settings.mountpoint.display()),
-        Err(e) => bail!("mountpoint {}: {e}", settings.mountpoint.display()),
-    }
-    if let Some((dir, _)) = &mut settings.disk_cache {
-        *dir = std::path::absolute(&*dir).with_context(|| format!("cache directory {}", dir.display()))?;
-    }
-    if let Some(log) = &settings.log_file {
-        let parent = log
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        settings.log_file = Some(absolute(parent)?.join(log.file_name().context("log file name")?));
-    }
-    Ok(settings)
-}
-
-fn mount(settings: MountSettings) -> Result<()> {
-    let settings = prepare(settings)?;
-    // A warning about the source is said once on stderr: by the log when that is stderr,
-    // here otherwise (the log then has it too, see `serve`).
-    let logs_to_stderr = settings.foreground && settings.log_file.is_none();
-    if let (Some(warning), false) = (&settings.source_warning, logs_to_stderr) {
-        eprintln!("zarrfs: {warning}");
-    }
-    if settings.foreground {
-        init_logging(settings.log_file.as_deref(), settings.log_format)?;
-        return serve(&settings, |_| {});
-    }
-    crate::daemon::daemonize(settings)
-}
+use crate::view::{View, WarmUpLimits};
 
 /// Build the runtime and the filesystem, mount, report, and serve until unmounted.
 pub(crate) fn serve(settings: &MountSettings, report: impl FnOnce(Result<(), String>)) -> Result<()> {
     if let Some(warning) = &settings.source_warning {
         tracing::warn!("{warning}");
     }
-    if let Some((before, after)) = crate::fd_limit::raise() {
+    if let Some((before, after)) = crate::sys::fd_limit::raise() {
         tracing::debug!("descriptor limit (ulimit -n) raised from {before} to {after}");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("zarrfs-io")
-        .on_thread_start(crate::threads::register_serving)
-        .on_thread_stop(crate::threads::unregister_serving)
+        .on_thread_start(crate::sys::threads::register_serving)
+        .on_thread_stop(crate::sys::threads::unregister_serving)
         .build()?;
     let (fs, mounted, disk_cache) = match start(settings, &runtime) {
         Ok(started) => started,
@@ -285,7 +108,7 @@ async fn check_and_warm_up(view: &View, store: &dyn Store, source: &SourceSpec) 
 /// Open the source, check it answers, build the filesystem and mount it.
 fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<Started> {
     // A watched source is trusted until it changes.
-    let watch = crate::source::start_watch(settings);
+    let watch = super::source::start_watch(settings);
     let watched;
     let settings = match watch {
         Some(_) => {
@@ -298,7 +121,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         None => settings,
     };
     let own = watch.as_ref().and_then(SourceWatch::own);
-    let crate::reading::Reading { view, store, counters } = crate::reading::open_recording(settings, own)?;
+    let super::reading::Reading { view, store, counters } = super::reading::open_recording(settings, own)?;
     let disk_cache = counters.disk_cache.clone();
     runtime.block_on(check_and_warm_up(&view, &*store, &settings.source))?;
     let mut fs_config = FsConfig::read_only(
@@ -344,11 +167,11 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         threads: settings.threads.unwrap_or_else(fuse_threads),
         max_inodes: settings.max_inodes,
     };
-    crate::mountpoint::prepare(&settings.mountpoint, settings.stack)?;
+    super::mountpoint::prepare(&settings.mountpoint, settings.stack)?;
     let mounted = session::mount(fs.clone(), runtime.handle().clone(), &settings.mountpoint, &cfg)
         .with_context(|| format!("cannot mount {}", settings.mountpoint.display()))?;
     let mounted = match watch {
-        Some(watch) => mounted.with_changes(crate::source::change_feed(watch)),
+        Some(watch) => mounted.with_changes(super::source::change_feed(watch)),
         None => mounted,
     };
     Ok((fs, mounted, disk_cache))
@@ -360,29 +183,4 @@ type Started = (Arc<Fs>, session::Mounted, Option<Arc<DiskCachedStore>>);
 /// FUSE worker threads: requests run inline on them when they can, so a few per core.
 fn fuse_threads() -> usize {
     std::thread::available_parallelism().map_or(4, |n| (n.get() * 2).clamp(4, 16))
-}
-
-fn inspect(source: &str, json: bool) -> Result<()> {
-    let spec = SourceSpec::parse(source).map_err(|m| anyhow::anyhow!(m))?;
-    let (store, _) = open_store(&spec, false, SearchOptions::default(), None)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let report = runtime.block_on(crate::inspect::inspect(store.clone()))?;
-    if report.groups.is_empty() && report.arrays.is_empty() && report.problems.is_empty() {
-        let v2 = [".zgroup", ".zarray", ".zmetadata"]
-            .into_iter()
-            .find(|key| runtime.block_on(store.head(key)).is_ok_and(|found| found.is_some()));
-        match v2 {
-            Some(key) => bail!(
-                "no Zarr v3 hierarchy found at {source}: it holds Zarr v2 metadata ({key}), which \
-                 zarrfs shows as stored (v2 has no sharding to undo)"
-            ),
-            None => bail!("no Zarr hierarchy found at {source}: no zarr.json in it or below it"),
-        }
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
-    } else {
-        print!("{}", report.to_text());
-    }
-    Ok(())
 }
