@@ -213,5 +213,5 @@ pub fn mount_options(data: &[u8]) {
         .chain(text.split('\n'))
         .map(std::ffi::OsString::from)
         .collect();
-    let _ = crate::mount_options::expand(argv, &crate::cli::mount_long_options());
+    let _ = crate::cli::mount_options::expand(argv, &crate::cli::mount_long_options());
 }

@@ -2,29 +2,22 @@
 //!
 //! Layers, top to bottom: [`fuse`] (thin fuser adapter) → [`fs`] (operations) → [`view`]
 //! (namespace, metadata rewriting) → [`shard`] (sharding transformer) → [`store`] (abstract
-//! store interface and backends). [`zarr`] is pure format code used by all of them. The
-//! command line lives in [`cli`], [`app`] wires a configuration into a running mount, and
-//! [`inspect`] reports on a hierarchy.
+//! store interface and backends). [`zarr`] is pure format code used by all of them, [`sys`] the
+//! few process-wide helpers they share (allocator, descriptor limit, directory locks, thread
+//! kinds). Above the layers: [`cli`] is the command line (the only place that knows clap),
+//! [`mount`] starts and runs a mount, [`copy`] copies a hierarchy without mounting it, and
+//! [`inspect`] reports on one. [`fuzzing`] is the fuzz targets' entry point.
+//! `tests/layout.rs` keeps these modules free of import cycles.
 
-pub mod allocator;
-pub mod app;
 pub mod cli;
 pub mod copy;
-pub mod daemon;
-pub mod dir_lock;
-pub mod fd_limit;
 pub mod fs;
 pub mod fuse;
 pub mod fuzzing;
 pub mod inspect;
-pub mod mount_options;
-pub mod mount_settings;
-pub mod mount_stats;
-pub mod mountpoint;
-pub mod reading;
+pub mod mount;
 pub mod shard;
-pub mod source;
 pub mod store;
-pub mod threads;
+pub mod sys;
 pub mod view;
 pub mod zarr;

@@ -1,10 +1,10 @@
 use clap::Parser;
 
 fn main() {
-    zarrfs::allocator::configure();
+    zarrfs::sys::allocator::configure();
     // `zarrfs SOURCE DIR -o OPTIONS` (the FUSE mount helper's form) and `-o` lists become
     // ordinary arguments first.
-    let argv = zarrfs::mount_options::expand(std::env::args_os().collect(), &zarrfs::cli::mount_long_options());
+    let argv = zarrfs::cli::mount_options::expand(std::env::args_os().collect(), &zarrfs::cli::mount_long_options());
     let argv = argv.unwrap_or_else(|message| {
         eprintln!("zarrfs: {message}");
         std::process::exit(2);
@@ -20,5 +20,5 @@ fn main() {
         }
     }
     let cli = zarrfs::cli::Cli::parse_from(argv);
-    std::process::exit(zarrfs::app::run(cli));
+    std::process::exit(zarrfs::cli::run(cli));
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use zarrfs::copy::{run, run_with, CopyArgs, Limits, Part, Report, Shaping};
+use zarrfs::copy::{run, run_with, CopyOptions, Limits, Part, Report, Shaping};
 
 /// Chunks along each of the two dimensions: 128 x 128 chunk files of 4 x 4 bytes.
 const GRID: u64 = 128;
@@ -47,9 +47,11 @@ fn unsharded(root: &Path) {
     }
 }
 
-fn args(source: &Path, dest: &Path, shard: Option<&str>, part: Part, jobs: usize) -> CopyArgs {
-    CopyArgs {
-        source: source.display().to_string(),
+fn args(source: &Path, dest: &Path, shard: Option<&str>, part: Part, jobs: usize) -> CopyOptions {
+    let source = source.display().to_string();
+    CopyOptions {
+        read: zarrfs::cli::read_settings(&source, None).unwrap(),
+        source,
         dest: dest.display().to_string(),
         jobs,
         part,
@@ -57,7 +59,6 @@ fn args(source: &Path, dest: &Path, shard: Option<&str>, part: Part, jobs: usize
         json: true,
         progress_every: Duration::from_secs(3600),
         shard: shard.map(|s| Shaping::Shape(s.split(',').map(|d| d.parse().unwrap()).collect())),
-        max_probe_shards: None,
     }
 }
 

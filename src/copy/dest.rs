@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use tokio::sync::OnceCell;
 
-use crate::cli::SourceSpec;
+use crate::mount::settings::SourceSpec;
 use crate::store::key::dir_prefix;
 use crate::store::{EntryKind, GetOptions, Store};
 

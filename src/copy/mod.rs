@@ -3,9 +3,9 @@
 //! `--part K/N`, resumable, with progress.
 //!
 //! The copy is the mount's view itself, read exactly as a default read-only mount reads it
-//! (`reading::open`): the same rewritten metadata, the same chunk files, so DEST holds byte for
-//! byte what `cp -r` of a mount of SOURCE gives; nothing is decoded or re-encoded. It runs in
-//! three steps:
+//! (`mount::reading::open`, from the settings of such a mount, [`CopyOptions::read`]): the
+//! same rewritten metadata, the same chunk files, so DEST holds byte for byte what `cp -r` of a
+//! mount of SOURCE gives; nothing is decoded or re-encoded. It runs in three steps:
 //! - [`outline`]: the hierarchy outside its arrays walked (groups, every metadata document,
 //!   where the arrays are); with `--shard`, [`pack::decide`] then says which arrays are packed
 //!   and how;
@@ -21,6 +21,10 @@
 //! So what the copy holds in memory is bounded by the largest directory and row of shards, not
 //! by the number of chunks (issue 35): `Tally::held` counts it, and the `--json` summary says
 //! its peak (`held_keys_peak`).
+//!
+//! It owns the copy's plan, its destination and its progress. It never mounts and never names
+//! the command line: it takes a plain [`CopyOptions`] (built by `cli/` from its arguments),
+//! reads SOURCE only through the view, and writes DEST as plain files or through a store.
 
 mod ahead;
 mod dest;
@@ -37,9 +41,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use clap::Parser;
 
-use crate::view::View;
+use crate::mount::settings::MountSettings;
 use dest::Dest;
 pub use pack::{Shaping, DEFAULT_SHARD_BYTES};
 pub use plan::Part;
@@ -49,10 +52,16 @@ use progress::{Progress, Tally, Totals};
 /// Files copied at once unless `--jobs` says otherwise.
 pub const DEFAULT_JOBS: usize = 16;
 
-/// What `zarrfs copy` was asked to do.
+/// What `zarrfs copy` was asked to do, in plain values (the command line builds it from its
+/// arguments).
 #[derive(Debug, Clone)]
-pub struct CopyArgs {
+pub struct CopyOptions {
+    /// SOURCE as given (named in messages and the summary; compared with DEST).
     pub source: String,
+    /// How SOURCE is read: the settings of a read-only mount of it with the default options
+    /// (and `--max-probe-shards`), so the copy reads it exactly as such a mount would (its
+    /// caches, prefetch window and TTL); see `cli::read_settings`.
+    pub read: MountSettings,
     pub dest: String,
     pub jobs: usize,
     pub part: Part,
@@ -61,8 +70,6 @@ pub struct CopyArgs {
     pub progress_every: Duration,
     /// `--shard SHAPE` or `--shard auto`: pack into shards instead of unsharding.
     pub shard: Option<pack::Shaping>,
-    /// `--max-probe-shards`, as the mount takes it.
-    pub max_probe_shards: Option<u64>,
 }
 
 /// Run `task` on the runtime as a task of its own. The copy's futures are driven from one
@@ -76,27 +83,6 @@ pub(crate) async fn on_task<T: Send + 'static>(
     tokio::spawn(task)
         .await
         .map_err(|e| anyhow::anyhow!("a copy task ended: {e}"))?
-}
-
-/// The unsharded view of SOURCE, read exactly as a read-only mount of it with the default
-/// options would read it (its caches, prefetch window and TTL).
-fn source_view(source: &str, max_probe_shards: Option<u64>) -> Result<View> {
-    let mut argv = vec![
-        "zarrfs".to_string(),
-        "mount".into(),
-        source.into(),
-        "/".into(),
-        "--read-only".into(),
-    ];
-    if let Some(n) = max_probe_shards {
-        argv.extend(["--max-probe-shards".into(), n.to_string()]);
-    }
-    let cli = crate::cli::Cli::try_parse_from(argv)?;
-    let crate::cli::Command::Mount(args) = cli.command else {
-        bail!("{source}: not a source");
-    };
-    let settings = args.settings().map_err(|m| anyhow::anyhow!(m))?;
-    Ok(crate::reading::open(&settings)?.view)
 }
 
 /// What a copy did, for callers other than the command line (tests, benchmarks).
@@ -147,12 +133,12 @@ fn blocking_threads(jobs: usize) -> usize {
 }
 
 /// `zarrfs copy SOURCE DEST --unshard …`.
-pub fn run(args: &CopyArgs) -> Result<Report> {
+pub fn run(args: &CopyOptions) -> Result<Report> {
     run_with(args, Limits::default())
 }
 
 /// [`run`] within other [`Limits`].
-pub fn run_with(args: &CopyArgs, limits: Limits) -> Result<Report> {
+pub fn run_with(args: &CopyOptions, limits: Limits) -> Result<Report> {
     limit_malloc_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .max_blocking_threads(blocking_threads(args.jobs))
@@ -214,8 +200,8 @@ fn print_failures(tally: &Tally) {
     }
 }
 
-async fn copy(args: &CopyArgs, limits: Limits, tally: &Arc<Tally>) -> Result<Totals> {
-    let view = Arc::new(source_view(&args.source, args.max_probe_shards)?);
+async fn copy(args: &CopyOptions, limits: Limits, tally: &Arc<Tally>) -> Result<Totals> {
+    let view = Arc::new(crate::mount::reading::open(&args.read)?.view);
     dest::refuse_inside(&args.source, &args.dest)?;
     let (dest, empty) = Dest::open(&args.dest).await?;
     let cannot_plan = |e: anyhow::Error| e.context(format!("cannot plan the copy of {}", args.source));
@@ -299,14 +285,14 @@ async fn copy(args: &CopyArgs, limits: Limits, tally: &Arc<Tally>) -> Result<Tot
     Ok(tally.totals(packed))
 }
 
-fn summary(args: &CopyArgs, tally: &Tally, elapsed: Duration) -> String {
+fn summary(args: &CopyOptions, tally: &Tally, elapsed: Duration) -> String {
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Relaxed);
     let secs = elapsed.as_secs_f64();
     let copied = get(&tally.bytes_copied);
     let mut line = format!(
         "copied {} files ({}) to {} in {secs:.2} s ({:.1} MB/s)",
         get(&tally.files_copied),
-        crate::mount_stats::bytes(copied),
+        crate::mount::stats::bytes(copied),
         args.dest,
         copied as f64 / 1e6 / secs.max(1e-9)
     );
@@ -317,7 +303,7 @@ fn summary(args: &CopyArgs, tally: &Tally, elapsed: Duration) -> String {
     if skipped > 0 {
         line += &format!(
             "; skipped {skipped} files ({}) the destination already held",
-            crate::mount_stats::bytes(get(&tally.bytes_skipped))
+            crate::mount::stats::bytes(get(&tally.bytes_skipped))
         );
     }
     if args.verify {

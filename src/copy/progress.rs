@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::mount_stats::bytes as shown_bytes;
+use crate::mount::stats::bytes as shown_bytes;
 
 /// Failures named one by one in the summary (the rest are counted).
 const FAILURES_NAMED: usize = 20;

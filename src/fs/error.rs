@@ -232,7 +232,7 @@ impl ErrorLog {
             );
             return;
         }
-        let limit = crate::fd_limit::soft().map_or_else(|| "unknown".to_string(), |n| n.to_string());
+        let limit = crate::sys::fd_limit::soft().map_or_else(|| "unknown".to_string(), |n| n.to_string());
         tracing::warn!(
             op,
             path,

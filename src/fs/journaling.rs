@@ -196,7 +196,7 @@ impl Fs {
 /// its own request (a close usually is answered so: no hand-off to another thread), else on
 /// the blocking pool.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::io::Result<T> + Send + 'static) -> FsResult<T> {
-    if crate::threads::beside_runtime() {
+    if crate::sys::threads::beside_runtime() {
         return f().map_err(|e| FsError::Journal(Arc::new(e)));
     }
     match tokio::task::spawn_blocking(f).await {

@@ -67,7 +67,7 @@ impl<'a> Op<'a> {
 impl ZarrFuse {
     /// Run a request: inline if it completes at once, else as a task on the runtime.
     pub(super) fn run(&self, op: &'static str, request: impl Future<Output = ()> + Send + 'static) {
-        crate::threads::register_serving();
+        crate::sys::threads::register_serving();
         let _context = self.rt.enter();
         let mut request = Box::pin(request);
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
@@ -143,5 +143,5 @@ impl ZarrFuse {
 /// (ELOOP), so the daemon's own access fails instead. Other threads of the process (a test
 /// that mounts in-process) are served as any caller.
 fn from_this_daemon(pid: u32) -> bool {
-    crate::threads::is_serving(pid)
+    crate::sys::threads::is_serving(pid)
 }

@@ -7,6 +7,11 @@
 //!
 //! Each node's layout is reported: final Zarr v3, the v3 drafts of 2020 and 2022 (walked
 //! from their metadata trees, [`drafts`]), Zarr v2 and v1 ([`legacy`]).
+//!
+//! It only reads, through the store it is given and the sharding transformer over it; it never
+//! writes, never goes through the view or the filesystem (it reports the hierarchy as stored,
+//! not as mounted), and never names the command line, which opens the store and prints the
+//! report.
 
 mod drafts;
 mod legacy;

@@ -124,7 +124,7 @@ impl ShardedArray {
             }
         }
         match <[String; 1]>::try_from(start) {
-            Ok([shard_key]) if crate::threads::beside_runtime() => self.commit_first_batch(shard_key).await,
+            Ok([shard_key]) if crate::sys::threads::beside_runtime() => self.commit_first_batch(shard_key).await,
             Ok(one) => self.spawn_drains(one.into()),
             Err(several) => self.spawn_drains(several),
         }

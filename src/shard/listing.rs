@@ -18,9 +18,7 @@ use crate::store::{DirEntry, EntryKind};
 use crate::zarr::grid::{box_coords, BoxCoords};
 use crate::zarr::key_encoding::{ChunkKeyEncoding, Separator};
 
-/// Most shards whose indexes a listing reads on a store that cannot be listed, unless the
-/// mount says otherwise (`--max-probe-shards`).
-pub const DEFAULT_MAX_PROBE_SHARDS: u64 = 4096;
+pub use crate::store::object::DEFAULT_MAX_PROBE_SHARDS;
 
 fn file(name: String, size: u64, mtime_ns: Option<i128>) -> DirEntry {
     DirEntry::file(name, size, mtime_ns)

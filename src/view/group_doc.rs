@@ -54,7 +54,7 @@ impl GroupNode {
                 _ => bytes.clone(),
             };
             *doc = Doc::Shown(shown);
-            crate::allocator::give_back_freed_memory();
+            crate::sys::allocator::give_back_freed_memory();
         }
         match &*doc {
             Doc::Shown(bytes) | Doc::Stored { bytes, .. } => bytes.clone(),

@@ -290,7 +290,7 @@ impl NodeCache {
             Ok(NodeMetadata::Group { raw }) => {
                 let info = self.group(dir, raw, got.meta.mtime_ns);
                 if got.bytes.len() >= BIG_DOCUMENT {
-                    crate::allocator::give_back_freed_memory();
+                    crate::sys::allocator::give_back_freed_memory();
                 }
                 return info;
             }

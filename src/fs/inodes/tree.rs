@@ -318,7 +318,7 @@ impl Tables {
             self.content.shrink_to(self.content.len() * 2);
         }
         if self.inodes.shrink(MIN_SHRINK) || index {
-            crate::allocator::give_back_freed_memory();
+            crate::sys::allocator::give_back_freed_memory();
         }
     }
 

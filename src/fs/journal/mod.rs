@@ -114,7 +114,7 @@ impl Journal {
             dir: dir.to_path_buf(),
             source,
         };
-        let Some(lock) = crate::dir_lock::lock_dir(dir).map_err(io)? else {
+        let Some(lock) = crate::sys::dir_lock::lock_dir(dir).map_err(io)? else {
             return Err(JournalError::InUse { dir: dir.into() });
         };
         let segments = segment_files(dir).map_err(io)?;

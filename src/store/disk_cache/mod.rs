@@ -84,7 +84,7 @@ impl DiskCache {
             dir: dir.to_path_buf(),
             source,
         };
-        let Some(lock) = crate::dir_lock::lock_dir(dir).map_err(io)? else {
+        let Some(lock) = crate::sys::dir_lock::lock_dir(dir).map_err(io)? else {
             return Err(DiskCacheError::InUse { dir: dir.into() });
         };
         let blocks = dir.join("blocks");

@@ -98,7 +98,7 @@ impl LocalStore {
         if !meta.is_dir() {
             return Err(std::io::Error::new(ErrorKind::NotADirectory, "not a directory"));
         }
-        let share = crate::fd_limit::soft().map_or(OPEN_FILES, |limit| {
+        let share = crate::sys::fd_limit::soft().map_or(OPEN_FILES, |limit| {
             usize::try_from(limit / OPEN_FILES_SHARE_OF_LIMIT).unwrap_or(usize::MAX)
         });
         let capacity = NonZeroUsize::new(OPEN_FILES.min(share)).unwrap_or(NonZeroUsize::MIN);
@@ -147,7 +147,7 @@ fn is_missing(e: &std::io::Error) -> bool {
 
 /// Run file I/O where blocking is allowed (see the module docs).
 async fn blocking<T>(f: impl FnOnce() -> StoreResult<T>) -> StoreResult<T> {
-    if crate::threads::on_runtime_worker() {
+    if crate::sys::threads::on_runtime_worker() {
         tokio::task::block_in_place(f)
     } else {
         f()

@@ -32,6 +32,11 @@ const KEY_PROBES: usize = 16;
 /// asked for).
 const SEARCHES_KEPT: usize = 65_536;
 
+/// Most shards whose indexes a listing reads on a store that cannot be listed (and most keys a
+/// search asks for there), unless the mount says otherwise (`--max-probe-shards`). Here, in
+/// the lowest layer that searches, so that the shard layer above names it and not the reverse.
+pub const DEFAULT_MAX_PROBE_SHARDS: u64 = 4096;
+
 /// How far listings search on a source that cannot be listed.
 #[derive(Debug, Clone, Copy)]
 pub struct SearchOptions {
@@ -45,7 +50,7 @@ pub struct SearchOptions {
 impl Default for SearchOptions {
     fn default() -> Self {
         SearchOptions {
-            max_keys: crate::shard::DEFAULT_MAX_PROBE_SHARDS,
+            max_keys: DEFAULT_MAX_PROBE_SHARDS,
             ttl: Duration::from_secs(60),
             scope: GridScope::All,
         }

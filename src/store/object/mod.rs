@@ -43,7 +43,7 @@ pub mod learned_nodes;
 mod naming;
 mod read;
 
-pub use key_search::SearchOptions;
+pub use key_search::{SearchOptions, DEFAULT_MAX_PROBE_SHARDS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {

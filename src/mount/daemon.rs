@@ -10,8 +10,9 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use crate::app::{init_logging, message, serve};
-use crate::cli::{LogFormat, MountSettings};
+use super::logging::{init_logging, message, LogFormat};
+use super::serve::serve;
+use super::settings::MountSettings;
 
 pub(crate) fn daemonize(settings: MountSettings) -> Result<()> {
     let (reader, writer) = nix::unistd::pipe().context("pipe")?;

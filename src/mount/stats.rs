@@ -9,8 +9,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::{Map, Value};
 
+use super::mountpoint::zarrfs_mount_at;
 use crate::fs::{STATS_IOCTL, STATS_IOCTL_SIZE, XATTR_STATS};
-use crate::mountpoint::zarrfs_mount_at;
 
 /// The counters' JSON through the stats ioctl; `Ok(None)` when the mount does not know it.
 fn read_ioctl(path: &Path) -> std::io::Result<Option<Vec<u8>>> {

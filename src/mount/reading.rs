@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
-use crate::cli::{MountSettings, SourceSpec};
-use crate::source::{open_store, search_options, source_name, with_caches};
+use super::settings::{MountSettings, SourceSpec};
+use super::source::{open_store, search_options, source_name, with_caches};
 use crate::store::counting::CountingStore;
 use crate::store::disk_cache::store::DiskCachedStore;
 use crate::store::local::OwnChanges;

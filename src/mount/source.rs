@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::{MountSettings, SourceSpec};
+use super::settings::{MountSettings, SourceSpec};
 use crate::store::list_cache::ListCache;
 use crate::store::local::watch::{SourceWatch, WatchError};
 use crate::store::local::{LocalStore, OwnChanges};

@@ -1,16 +1,12 @@
-//! The command line (clap derive), converted once into plain configuration structs so the
-//! rest of the program never sees clap types.
+//! The command line's clap definitions: the commands, their arguments and help, and the
+//! parsers of their values. `settings.rs` and `run.rs` turn them into plain structs.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-use crate::mount_options::LongOption;
-
-use crate::store::remote::{is_remote_url, RemoteOptions};
-
-pub use crate::mount_settings::{JournalDir, MountSettings, JOURNAL_DELAY};
+use super::mount_options::LongOption;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -140,9 +136,9 @@ pub enum Command {
     },
 }
 
-/// How log lines are written.
+/// How log lines are written (`mount::logging::LogFormat`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
+pub enum LogFormatArg {
     /// One line of text per event (colour only on a terminal).
     Text,
     /// One JSON object per line, for log collectors.
@@ -208,8 +204,8 @@ pub struct MountArgs {
     #[arg(long, value_name = "PATH", help_heading = "Process")]
     pub log_file: Option<PathBuf>,
     /// Log line format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, help_heading = "Process")]
-    pub log_format: LogFormat,
+    #[arg(long, value_enum, default_value_t = LogFormatArg::Text, help_heading = "Process")]
+    pub log_format: LogFormatArg,
 
     /// Refuse every change (mounts are writable by default when the source is).
     #[arg(long, help_heading = "View", conflicts_with = "writable")]
@@ -349,36 +345,6 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("size too large: {s:?}"))
 }
 
-/// Where the data comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceSpec {
-    Local(PathBuf),
-    /// An object store URL (`s3://`, `gs://`, `az://`, `http(s)://`, …) and how to reach it.
-    Remote {
-        url: String,
-        options: RemoteOptions,
-    },
-}
-
-impl SourceSpec {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s.split_once("://") {
-            None => Ok(SourceSpec::Local(PathBuf::from(s))),
-            Some(("file", path)) if path.starts_with('/') => Ok(SourceSpec::Local(PathBuf::from(path))),
-            Some(("file", _)) => Err(format!(
-                "{s}: a file:// URL needs an absolute path (file:///data/x.zarr)"
-            )),
-            Some(_) if is_remote_url(s) => Ok(SourceSpec::Remote {
-                url: s.to_string(),
-                options: Default::default(),
-            }),
-            Some((scheme, _)) => Err(format!(
-                "{s}: unsupported scheme {scheme}:// (use a path, file://, s3://, gs://, az://, http:// or https://)"
-            )),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,20 +356,6 @@ mod tests {
         assert_eq!(parse_size("2g"), Ok(2 << 30));
         assert!(parse_size("x").is_err());
         assert!(parse_size("99999999999999999999G").is_err());
-    }
-
-    #[test]
-    fn sources() {
-        assert_eq!(SourceSpec::parse("/a/b"), Ok(SourceSpec::Local("/a/b".into())));
-        assert_eq!(SourceSpec::parse("file:///a/b"), Ok(SourceSpec::Local("/a/b".into())));
-        assert!(matches!(
-            SourceSpec::parse("s3://bucket/x"),
-            Ok(SourceSpec::Remote { .. })
-        ));
-        assert!(SourceSpec::parse("ftp://host/x")
-            .unwrap_err()
-            .contains("unsupported scheme"));
-        assert!(SourceSpec::parse("file://relative").is_err());
     }
 }
 

@@ -1,4 +1,5 @@
-//! The mountpoint around a mount's life: checked before mounting, and `zarrfs unmount`.
+//! The mountpoint around a mount's life: checked before mounting, and the zarrfs mount found
+//! at a directory (for `zarrfs unmount`, in `unmount.rs`, and `zarrfs stats`).
 //!
 //! - Mounting onto a directory that is already a mount point hides what is mounted there, and
 //!   a later unmount by path could take the wrong one down; it is refused unless the user asks
@@ -6,7 +7,8 @@
 //! - A zarrfs mount whose daemon is gone (killed: every access gives "transport endpoint is not
 //!   connected") is detached first, with a log line, so a restart (`Restart=on-failure`, or the
 //!   same command again) just works.
-//! - `zarrfs unmount DIR` unmounts only a zarrfs mount, the one on top at DIR.
+//! - `zarrfs unmount DIR` and `zarrfs stats DIR` act only on a zarrfs mount, the one on top
+//!   at DIR ([`zarrfs_mount_at`]).
 //! - A local source and a mountpoint of which one contains the other (or which are one
 //!   directory) are refused: the daemon would reach its own source through its own mount, and
 //!   the first `find` would wait forever on a request the daemon makes to itself. Paths are
@@ -21,7 +23,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::fuse::mount_table::{self, absolute_mount_path, top_at, MountEntry};
-use crate::fuse::session::unmount_path;
 
 /// How many dead mounts stacked at one mountpoint are cleaned up before giving up.
 const MAX_DEAD_MOUNTS: usize = 8;
@@ -106,81 +107,6 @@ pub fn zarrfs_mount_at(dir: &Path) -> Result<(PathBuf, MountEntry)> {
     }
     let top = top.clone();
     Ok((path, top))
-}
-
-/// `zarrfs unmount DIR`.
-pub fn unmount(dir: &Path) -> Result<()> {
-    let (path, _) = zarrfs_mount_at(dir).context("not unmounting")?;
-    commit_first(&path);
-    match unmount_path(&path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(
-            "{} is busy: a process has a file or directory open in it (`fuser -vm {}` shows \
-             which); close them and try again",
-            path.display(),
-            path.display()
-        ),
-        Err(e) => bail!("cannot unmount {}: {e}", path.display()),
-    }
-}
-
-/// Before unmounting a mount that holds closed files not yet committed (a journal's, or
-/// write-back's): have it commit them (an fsync of its root), saying how far it got every
-/// second, and when it is done. A failure is said and the unmount goes on: what the journal
-/// holds stays there for the next mount of the source.
-fn commit_first(path: &Path) {
-    let pending = |stats: &serde_json::Map<String, serde_json::Value>| {
-        let n = |k: &str| stats.get(k).and_then(serde_json::Value::as_u64);
-        (n("journal_pending_files"), n("journal_pending_bytes").unwrap_or(0))
-    };
-    let Ok(stats) = crate::mount_stats::read(path) else {
-        return;
-    };
-    let (Some(files), bytes) = pending(&stats) else { return };
-    if files == 0 {
-        return;
-    }
-    let shown = path.display().to_string();
-    eprintln!(
-        "zarrfs: committing {files} closed files ({}) of {shown} to the store",
-        crate::mount_stats::bytes(bytes)
-    );
-    let (done_tx, done) = std::sync::mpsc::channel();
-    let root = path.to_path_buf();
-    std::thread::spawn(move || {
-        let synced = std::fs::File::open(&root).and_then(|dir| dir.sync_all());
-        let _ = done_tx.send(synced);
-    });
-    let started = std::time::Instant::now();
-    loop {
-        match done.recv_timeout(std::time::Duration::from_secs(1)) {
-            Ok(Ok(())) => {
-                eprintln!(
-                    "zarrfs: committed in {:.1} s: every closed file of {shown} is in the store",
-                    started.elapsed().as_secs_f64()
-                );
-                return;
-            }
-            Ok(Err(e)) => {
-                eprintln!(
-                    "zarrfs: cannot commit every closed file of {shown} ({e}); what is not committed \
-                     stays in the mount's journal, and the next mount of the source commits it"
-                );
-                return;
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                if let Ok(stats) = crate::mount_stats::read(path) {
-                    let (files, bytes) = pending(&stats);
-                    eprintln!(
-                        "zarrfs: {} files ({}) left to commit",
-                        files.unwrap_or(0),
-                        crate::mount_stats::bytes(bytes)
-                    );
-                }
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
-        }
-    }
 }
 
 /// How a local source and a mountpoint overlap.
