@@ -37,14 +37,13 @@ if ! command -v fusermount3 >/dev/null || [ ! -x /sbin/mount.fuse3 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null
 fi
 
-# c-blosc: the binary links it (the v2 view decodes blosc); building needs its -dev package.
-blosc_pkg=libblosc1
-[ -n "$BINARY" ] || blosc_pkg=libblosc-dev
-if ! dpkg-query -W -f='${Status}' "$blosc_pkg" 2>/dev/null | grep -q "install ok installed"; then
-    [ "$(id -u)" = 0 ] || die "$blosc_pkg is missing: install it (apt-get install $blosc_pkg) or run as root"
-    say "installing $blosc_pkg (apt)"
+# The binary links only the C library (c-blosc and its compressors are compiled in); building
+# it needs a C and C++ compiler, which cargo's own linking already needs the C half of.
+if [ -z "$BINARY" ] && ! command -v c++ >/dev/null; then
+    [ "$(id -u)" = 0 ] || die "a C++ compiler is missing: install it (apt-get install g++) or run as root"
+    say "installing g++ (apt)"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$blosc_pkg" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
 fi
 
 if [ -z "$BINARY" ]; then

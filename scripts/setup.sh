@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (run as root) for building and running zarrfs:
-#   - FUSE (fuse3: fusermount3 and the mount helper), pkg-config and libblosc-dev (c-blosc, for
-#     the v2 view's transcoding), installed only if missing (zarrfs mounts without libfuse, so
-#     no libfuse -dev package is needed);
+#   - FUSE (fuse3: fusermount3 and the mount helper) and a C++ compiler (g++: c-blosc and its
+#     compressors are compiled into the binary from source, snappy is C++), installed only if
+#     missing (zarrfs mounts without libfuse and links no system library but the C library, so
+#     no -dev package is needed);
 #   - a Python venv at $REPO/.venv with the pinned real Zarr clients of scripts/requirements.txt,
 #     (re)installed only when the requirements changed (stamp file holds their hash).
 # With --test, also what the tests need beyond that: the remote-source test servers
@@ -45,8 +46,8 @@ apt_install_missing() {
 }
 
 install_debs() {
-    # libblosc-dev: the c-blosc the `blosc` crate binds (the v2 view decodes blosc with it).
-    local wanted=(fuse3 pkg-config libblosc-dev)
+    # g++: blosc-src compiles c-blosc, lz4, zlib and zstd (C) and snappy (C++) into the binary.
+    local wanted=(fuse3 g++)
     # Debian's python3 needs python3-venv for `python3 -m venv` (ensurepip).
     if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
         wanted+=(python3-venv)

@@ -79,8 +79,14 @@ pub fn big_group(bytes: &Bytes, mtime_ns: Option<i128>, as_stored: Vec<String>) 
     if bytes.len() < BIG_DOCUMENT {
         return None;
     }
-    let kind: Kind = serde_json::from_slice(bytes).ok()?;
-    (kind.zarr_format == Some(3) && kind.node_type.as_deref() == Some("group")).then(|| {
+    let is_group = match tail_kind(bytes) {
+        Some(kind) => kind == "group",
+        None => {
+            let kind: Kind = serde_json::from_slice(bytes).ok()?;
+            kind.zarr_format == Some(3) && kind.node_type.as_deref() == Some("group")
+        }
+    };
+    is_group.then(|| {
         Arc::new(GroupNode {
             doc: Mutex::new(Doc::Stored {
                 bytes: bytes.clone(),
@@ -89,6 +95,92 @@ pub fn big_group(bytes: &Bytes, mtime_ns: Option<i128>, as_stored: Vec<String>) 
             mtime_ns,
         })
     })
+}
+
+/// The `node_type` of a document whose last members say it, read backwards from its end
+/// without looking at the rest: zarr-python writes `node_type` last (after the consolidated
+/// metadata, which is most of a big document), tensorstore's sorted keys put it before a last
+/// `zarr_format`. `None` when the end is laid out otherwise, or a `zarr_format` there is not 3;
+/// the caller then scans the whole document.
+///
+/// Read from the end, `"node_type": "group" }` can only be the top-level object's last member
+/// of a valid document: the quotes found are preceded by `:`, `,` or `{`, never by a backslash,
+/// so each opens or closes a string as it seems to. An invalid document that ends so is taken
+/// for a group, and its bytes are still shown as stored, since rewriting it parses it whole.
+fn tail_kind(bytes: &[u8]) -> Option<&'static str> {
+    let mut tail = Tail {
+        bytes,
+        end: bytes.len(),
+    };
+    tail.expect(b'}')?;
+    for _ in 0..2 {
+        let value = tail.scalar()?;
+        tail.expect(b':')?;
+        let key = tail.string()?;
+        let separator = tail.byte()?;
+        if !matches!(separator, b',' | b'{') {
+            return None;
+        }
+        match (key, value) {
+            (b"node_type", b"\"group\"") => return Some("group"),
+            (b"node_type", b"\"array\"") => return Some("array"),
+            (b"node_type", _) => return None,
+            // The member before it ends where the separator was read.
+            (b"zarr_format", b"3") if separator == b',' => {}
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// A cursor reading a JSON document's tokens backwards from its end (see [`tail_kind`]).
+struct Tail<'a> {
+    bytes: &'a [u8],
+    end: usize,
+}
+
+impl<'a> Tail<'a> {
+    /// The byte before the cursor, after any whitespace.
+    fn byte(&mut self) -> Option<u8> {
+        while self.end > 0 && self.bytes[self.end - 1].is_ascii_whitespace() {
+            self.end -= 1;
+        }
+        self.end = self.end.checked_sub(1)?;
+        Some(self.bytes[self.end])
+    }
+
+    fn expect(&mut self, want: u8) -> Option<()> {
+        (self.byte()? == want).then_some(())
+    }
+
+    /// A string without escapes (its quotes excluded), ending at the cursor.
+    fn string(&mut self) -> Option<&'a [u8]> {
+        self.expect(b'"')?;
+        let close = self.end;
+        let open = self.bytes[..close].iter().rposition(|&b| b == b'"')?;
+        let inner = &self.bytes[open + 1..close];
+        if inner.contains(&b'\\') || inner.len() > 64 {
+            return None;
+        }
+        self.end = open;
+        Some(inner)
+    }
+
+    /// A short string (with its quotes) or an unsigned integer, ending at the cursor.
+    fn scalar(&mut self) -> Option<&'a [u8]> {
+        let last = self.byte()?;
+        self.end += 1;
+        if last == b'"' {
+            let close = self.end;
+            self.string()?;
+            return Some(&self.bytes[self.end..close]);
+        }
+        let close = self.end;
+        while self.end > 0 && self.bytes[self.end - 1].is_ascii_digit() && close - self.end < 20 {
+            self.end -= 1;
+        }
+        (self.end < close).then(|| &self.bytes[self.end..close])
+    }
 }
 
 /// A parsed group document, rewritten now: `Plain` when nothing in it needs rewriting.
@@ -155,6 +247,56 @@ mod tests {
         assert!(big_group(&doc(3), None, vec![]).is_none(), "small: found the usual way");
         let array = Bytes::from(serde_json::to_vec(&sharded_entry()).unwrap()).slice(..);
         assert!(big_group(&array, None, vec![]).is_none());
+    }
+
+    #[test]
+    fn the_kind_is_read_from_the_last_members_as_zarr_python_and_tensorstore_write_them() {
+        let kind = |doc: &str| tail_kind(doc.as_bytes());
+        assert_eq!(
+            kind(r#"{"attributes": {}, "zarr_format": 3, "node_type": "group"}"#),
+            Some("group")
+        );
+        assert_eq!(kind("{\"node_type\" :\n \"array\" }\n"), Some("array"));
+        assert_eq!(
+            kind(r#"{"node_type": "group", "zarr_format": 3}"#),
+            Some("group"),
+            "sorted keys"
+        );
+        assert_eq!(kind(r#"{"node_type": "group", "zarr_format": 2}"#), None);
+        assert_eq!(kind(r#"{"a": "x", "zarr_format": 3}"#), None, "not said at the end");
+        assert_eq!(kind(r#"{"a": {"node_type": "group"}}"#), None, "a nested member");
+        assert_eq!(kind(r#"{"a": "x\", \"node_type\": \"group"}"#), None, "inside a string");
+        assert_eq!(kind(r#"{"node_type": "grou\"p"}"#), None);
+        assert_eq!(kind(r#"{"node_type": "folder"}"#), None);
+        for cut in [
+            "",
+            "}",
+            "\"group\"}",
+            ": \"group\"}",
+            "\"node_type\": \"group\"}",
+            "3}",
+            ", \"zarr_format\": 3}",
+        ] {
+            assert_eq!(kind(cut), None, "{cut:?}");
+        }
+    }
+
+    #[test]
+    fn a_big_group_is_known_from_its_end_without_its_middle() {
+        // The middle is not even JSON: only the last members were read to find the kind.
+        let mut doc = br#"{"zarr_format": 3, "consolidated_metadata": ["#.to_vec();
+        doc.resize(BIG_DOCUMENT + 10, b'[');
+        doc.extend_from_slice(br#"], "node_type": "group"}"#);
+        let node = big_group(&Bytes::from(doc.clone()), None, vec![]).expect("a group");
+        assert_eq!(node.rewritten(), doc, "what cannot be parsed is shown as stored");
+        // A big document that does not say its kind at its end is scanned whole.
+        let mut doc = br#"{"node_type": "group", "attributes": {"pad": ""#.to_vec();
+        doc.resize(BIG_DOCUMENT + 10, b'x');
+        doc.extend_from_slice(br#""}, "zarr_format": 3, "extra": [1]}"#);
+        assert!(
+            big_group(&Bytes::from(doc), None, vec![]).is_some(),
+            "found by the scan"
+        );
     }
 
     #[test]

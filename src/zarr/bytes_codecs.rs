@@ -1,5 +1,5 @@
 //! The bytes-to-bytes codecs that may follow a sharding codec (`gzip`, `zstd`, `crc32c`),
-//! decoded and encoded whole, and `blosc`, decoded only (for the v2 view's transcoding). Compression is the `flate2` and `zstd` crates' (zarr-python's
+//! decoded and encoded whole, and `blosc`, decoded only (for the v2 view's transcoding: `zarr/blosc.rs`). Compression is the `flate2` and `zstd` crates' (zarr-python's
 //! gzip is a gzip member, its zstd a frame with the content size, both of which these read);
 //! `crc32c` is a little-endian CRC-32C of the bytes appended to them.
 //!
@@ -56,7 +56,7 @@ pub fn decode(codecs: &[CodecSpec], bytes: &[u8], max_len: usize) -> Result<Vec<
                     .map_err(|e| ZarrError::invalid("zstd", format!("cannot be decoded: {e}")))?;
                 read_bounded(decoder, max_len, "zstd")?
             }
-            "blosc" => decode_blosc(&data, max_len)?,
+            "blosc" => super::blosc::decode(&data, max_len, || too_large(max_len))?,
             "crc32c" => {
                 let Some(split) = data.len().checked_sub(4) else {
                     return Err(ZarrError::invalid("crc32c", "fewer than 4 bytes"));
@@ -75,19 +75,6 @@ pub fn decode(codecs: &[CodecSpec], bytes: &[u8], max_len: usize) -> Result<Vec<
         return Err(too_large(final_len));
     }
     Ok(data)
-}
-
-/// Undo blosc (decoding only: the v2 view transcodes blosc-compressed chunks, nothing here
-/// writes blosc). The `blosc` crate binds the system c-blosc; its header is checked first
-/// (`blosc_cbuffer_validate`), which is what makes decompressing stored bytes safe.
-fn decode_blosc(data: &[u8], max_len: usize) -> Result<Vec<u8>, ZarrError> {
-    let len = blosc::validate(data).map_err(|_| ZarrError::invalid("blosc", "not a valid blosc buffer"))?;
-    if len > max_len {
-        return Err(too_large(max_len));
-    }
-    // SAFETY: `validate` checked the buffer's header against its length, as c-blosc requires
-    // before decompressing untrusted input.
-    unsafe { blosc::decompress_bytes::<u8>(data) }.map_err(|_| ZarrError::invalid("blosc", "cannot be decoded"))
 }
 
 /// Apply `codecs` in order to `bytes`.

@@ -9,6 +9,7 @@
 //! checked.
 
 pub mod around_sharding;
+mod blosc;
 pub mod bytes_codecs;
 pub mod chunk_keys;
 pub mod consolidated;
