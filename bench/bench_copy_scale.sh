@@ -11,16 +11,21 @@
 #            of WORK, for each SHAPE of SHARDS: 1024,1024 (the README's, 256x256 chunks a shard)
 #            and 4096,4096 (1024x1024 chunks a shard) by default
 # Each copy runs under /usr/bin/time -v with the default --jobs (or JOBS); printed: the binary,
-# the mode, the files written, wall seconds, peak RSS and the `held_keys_peak` of `--json`.
+# the mode, the files written, wall seconds, peak RSS, and the `held_keys_peak` and
+# `pack_held_bytes_peak` (the chunk records of rows of shards being gathered) of `--json`.
 # With BASE_BIN (e.g. the build before a change) each copy is run with both binaries one after
 # the other, on the same input, so that their figures can be set side by side (the machine is
-# shared: read ratios of neighbouring rows, not absolute times).
+# shared: read ratios of neighbouring rows, not absolute times); their --shard copies are
+# compared file by file (they must be byte for byte the same).
 #
 # Usage: bench/bench_copy_scale.sh [N]   (default 1000000; 10000000 takes ~30 min a copy here)
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs); BASE_BIN a second one
 #        FIXTURE_DIR  sharded fixtures by N (default /var/tmp/zarrfs-bench-walk, bench_walk's)
 #        SHARDS       shard shapes for --shard (default "1024,1024 4096,4096")
 #        JOBS         --jobs (default: the copy's default)
+#        UNSHARD_WITH  "all" (default): --unshard with each binary; "first": with the first
+#                     only (BASE_BIN if set), when only --shard is compared (at 10^7 it saves a
+#                     quarter of an hour)
 #        BENCH_DIR    work directory, kept (default a temporary one under TMPDIR or /var/tmp);
 #                     needs root (mount -o loop), mkfs.ext4, GNU time
 set -euo pipefail
@@ -92,7 +97,9 @@ run() {
 import json, sys
 label, out, kb, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 d = json.load(open(out))
-print(f"{label:<28} {d['files_copied']:>10} {secs:>9.1f} {kb / 1024:>9.1f} {d['held_keys_peak']:>10}", flush=True)
+held = d.get('pack_held_bytes_peak')
+held = '-' if held is None else f"{held / 2**20:.1f}"
+print(f"{label:<28} {d['files_copied']:>10} {secs:>9.1f} {kb / 1024:>9.1f} {d['held_keys_peak']:>10} {held:>14}", flush=True)
 EOF
 }
 
@@ -100,9 +107,11 @@ bins=("new:$BIN")
 [ -z "${BASE_BIN:-}" ] || bins=("base:$BASE_BIN" "${bins[@]}")
 
 say "N=$N chunk files (the grid array of $SRC); machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-28s %10s %9s %9s %10s\n" "binary/mode" files wall_s peak_MiB held_keys
+printf "%-28s %10s %9s %9s %10s %14s\n" "binary/mode" files wall_s peak_MiB held_keys pack_held_MiB
 # --unshard: each binary into a fresh file system; the last one's copy is the --shard source.
-for b in "${bins[@]}"; do
+unshard_bins=("${bins[@]}")
+[ "${UNSHARD_WITH:-all}" = all ] || unshard_bins=("${bins[0]}")
+for b in "${unshard_bins[@]}"; do
     make_tiny_fs
     run "${b%%:*}/unshard" "${b#*:}" "$SRC/grid" "$LOOP_MNT/u" --unshard
 done
@@ -110,9 +119,17 @@ want=$(( N + 1 ))
 got=$(find "$LOOP_MNT/u" -type f | wc -l)
 [ "$got" -eq "$want" ] || die "the unsharded copy has $got files, expected $want"
 for shape in $SHARDS; do
+    rm -rf "$WORK/packed-base"
     for b in "${bins[@]}"; do
         rm -rf "$WORK/packed"
         run "${b%%:*}/shard $shape" "${b#*:}" "$LOOP_MNT/u" "$WORK/packed" --shard "$shape"
+        if [ "${b%%:*}" = base ]; then
+            mv "$WORK/packed" "$WORK/packed-base"
+        elif [ -d "$WORK/packed-base" ]; then
+            diff -r -q "$WORK/packed-base" "$WORK/packed" >/dev/null ||
+                die "--shard $shape: the two binaries' copies differ"
+            say "--shard $shape: the two binaries' copies are byte for byte the same"
+        fi
     done
-    rm -rf "$WORK/packed"
+    rm -rf "$WORK/packed" "$WORK/packed-base"
 done

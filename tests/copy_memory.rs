@@ -183,3 +183,32 @@ fn files_found_ahead_are_bounded_by_keys() {
     assert_eq!(files(&repacked), files(&direct));
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Packing holds of each chunk file of a row of shards only its size, 4 bytes: a row of shards
+/// of many chunk files is held while it is gathered (issue 35, aim 6: 1024 x 1024 chunks a
+/// shard at 10^7 chunk files), and a record of 24 bytes a file made that hundreds of MiB.
+#[test]
+fn packing_holds_four_bytes_a_chunk_file() {
+    let all = GRID * GRID;
+    let work = scratch("records");
+    let source = work.join("source");
+    unsharded(&source);
+    // One shard of all 16,384 chunk files, then a row of 4 shards of 32 x 32 chunks (4,096
+    // chunk files; the array's 4 rows of them), then 8 x 8 chunks (1,024 a row).
+    for (shape, row) in [("512,512", all), ("128,128", all / 4), ("32,32", all / 16)] {
+        let dest = work.join(format!("packed-{shape}"));
+        let report = copy(&source, &dest, Some(shape), Part::WHOLE);
+        assert!(report.pack_held_peak > 0, "{report:?}");
+        // A row, and the row before it not yet handed on, at most: 4 bytes a chunk file and
+        // a little a shard; never the 16 or 24 bytes of a list of (entry, size).
+        let shards_a_row = GRID * 4 / shape.split(',').next().unwrap().parse::<u64>().unwrap();
+        let bound = 2 * (4 * row + 128 * shards_a_row);
+        assert!(
+            report.pack_held_peak <= bound,
+            "--shard {shape}: {} bytes of chunk records held for a row of {row} chunk files (bound {bound})",
+            report.pack_held_peak
+        );
+        assert_eq!(chunk_files(&dest).len() as u64, all / row * shards_a_row);
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -33,6 +33,7 @@ mod pack;
 mod pack_rows;
 pub mod plan;
 mod progress;
+mod sizes;
 mod walk;
 mod work;
 
@@ -92,6 +93,9 @@ pub struct Report {
     pub files_skipped: u64,
     /// The most keys of the source held in memory at once (see `progress::Gauge`).
     pub held_peak: u64,
+    /// `--shard`: the most bytes of chunk records held at once while rows of shards are
+    /// gathered (`pack_held_bytes_peak` of `--json`).
+    pub pack_held_peak: u64,
 }
 
 /// glibc's malloc arenas a copy allocates from. By default glibc gives threads up to eight
@@ -173,6 +177,7 @@ pub fn run_with(args: &CopyOptions, limits: Limits) -> Result<Report> {
         files_copied: tally.files_copied.load(Relaxed),
         files_skipped: tally.files_skipped.load(Relaxed),
         held_peak: tally.held.peak(),
+        pack_held_peak: tally.pack_held_peak.load(Relaxed),
     })
 }
 

@@ -22,6 +22,7 @@ use tokio::sync::Semaphore;
 
 use super::dest::Dest;
 use super::outline::Outline;
+use super::sizes::ChunkSizes;
 use super::work::read_path;
 use crate::view::View;
 use crate::zarr::key_encoding::ChunkKeyEncoding;
@@ -44,11 +45,9 @@ const PACKING_MIB: u32 = 1024;
 pub struct PackUnit {
     /// The shard's key in DEST.
     pub key: String,
-    /// Its chunk files, ascending index within the shard. Only numbers are kept (24 bytes a
-    /// file): a row of shards of millions of chunk files is held while it is gathered, and
-    /// their paths and nodes took about 300 bytes a file. A path is made again from the
-    /// coordinates when the chunk is read.
-    pub chunks: Vec<Chunk>,
+    /// Its chunk files' sizes by their entry in the shard's index (`sizes`: 4 bytes a file
+    /// when the shard is full). A path is made again from the entry when the chunk is read.
+    pub chunks: ChunkSizes,
     /// The array's directory as a prefix of its files' paths.
     pub prefix: Arc<str>,
     /// The shard's coordinates in the shard grid.
@@ -57,33 +56,25 @@ pub struct PackUnit {
     pub level: Arc<ShardLevel>,
 }
 
-/// A chunk file of a shard being packed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Chunk {
-    /// Its entry in the shard's index.
-    pub index: u64,
-    /// Its coordinates within the shard, as their rank in C order.
-    pub rank: u64,
-    /// Its size when it was listed.
-    pub size: u64,
-}
-
 impl PackUnit {
     /// Bytes of its chunks.
     pub fn chunk_bytes(&self) -> u64 {
-        self.chunks.iter().map(|c| c.size).sum()
+        self.chunks.total()
     }
 
     /// The index and size the packed shard will have.
     pub fn layout(&self) -> Result<(ShardIndex, u64)> {
-        let sizes: Vec<(u64, u64)> = self.chunks.iter().map(|c| (c.index, c.size)).collect();
+        let sizes: Vec<(u64, u64)> = self.chunks.iter().collect();
         Ok(packed_layout(&sizes, &self.level)?)
     }
 
-    /// The path of a chunk file of the shard.
-    pub fn path_of(&self, chunk: &Chunk) -> String {
+    /// The path of the chunk file of entry `index` of the shard.
+    pub fn path_of(&self, index: u64) -> Result<String> {
         let per = &self.level.chunks_per_shard;
-        let within = unravel(chunk.rank, per);
+        let within = self
+            .level
+            .within_of(index)
+            .with_context(|| format!("{}: no chunk at entry {index} of its index", self.key))?;
         let coords: Vec<u64> = self
             .shard
             .iter()
@@ -91,7 +82,7 @@ impl PackUnit {
             .zip(within)
             .map(|((s, k), w)| s.saturating_mul(*k).saturating_add(w))
             .collect();
-        format!("{}{}", self.prefix, self.encoding.encode(&coords))
+        Ok(format!("{}{}", self.prefix, self.encoding.encode(&coords)))
     }
 
     /// The packed shard: its chunks read through the view, each written where the layout puts
@@ -112,21 +103,20 @@ impl PackUnit {
         let placed: Vec<u64> = self
             .chunks
             .iter()
-            .map(|chunk| {
+            .map(|(_, size)| {
                 let offset = at;
-                at = at.saturating_add(chunk.size);
+                at = at.saturating_add(size);
                 offset
             })
             .collect();
         let mut reads = std::pin::pin!(futures::stream::iter(self.chunks.iter().zip(placed))
-            .map(|(chunk, offset)| async move {
-                let path = self.path_of(chunk);
+            .map(|((index, size), offset)| async move {
+                let path = self.path_of(index)?;
                 let bytes = read_path(view, &path).await?;
-                if bytes.len() as u64 != chunk.size {
+                if bytes.len() as u64 != size {
                     bail!(
-                        "{path}: {} bytes, {} when it was listed (changed while the copy ran)",
+                        "{path}: {} bytes, {size} when it was listed (changed while the copy ran)",
                         bytes.len(),
-                        chunk.size
                     );
                 }
                 anyhow::Ok((offset, bytes))
@@ -148,29 +138,6 @@ fn put(out: &mut [u8], offset: u64, bytes: &[u8]) -> Result<()> {
         .context("a chunk beyond the end of its packed shard")?
         .copy_from_slice(bytes);
     Ok(())
-}
-
-/// The rank in C order of coordinates `within` a box of `dims` (`None`: outside it).
-pub fn rank(within: &[u64], dims: &[u64]) -> Option<u64> {
-    if within.len() != dims.len() {
-        return None;
-    }
-    within.iter().zip(dims).try_fold(0u64, |at, (w, d)| {
-        (w < d).then_some(())?;
-        at.checked_mul(*d)?.checked_add(*w)
-    })
-}
-
-/// The coordinates of C-order rank `rank` in a box of `dims` (the inverse of [`rank`]).
-fn unravel(mut rank: u64, dims: &[u64]) -> Vec<u64> {
-    let mut within = vec![0; dims.len()];
-    for (w, d) in within.iter_mut().zip(dims).rev() {
-        if *d > 0 {
-            *w = rank % d;
-            rank /= d;
-        }
-    }
-    within
 }
 
 /// The budget of [`PackUnit::packed`].
@@ -337,7 +304,7 @@ fn is_doc(path: &str) -> bool {
     path == "zarr.json" || path.ends_with("/zarr.json")
 }
 
-fn target(path: &str, packed: &serde_json::Value) -> Result<Target> {
+pub(super) fn target(path: &str, packed: &serde_json::Value) -> Result<Target> {
     let bytes = serde_json::to_vec(packed)?;
     let NodeMetadata::Array(meta) = parse_zarr_json(&bytes).with_context(|| format!("{path}: packed document"))? else {
         bail!("{path}: not an array");
@@ -354,26 +321,4 @@ fn target(path: &str, packed: &serde_json::Value) -> Result<Target> {
         grid: crate::zarr::grid::grid_shape(&meta.shape, &level.chunk_shape)?,
         level: Arc::new(level),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rank_and_unravel_are_inverse_in_c_order() {
-        let dims = [3, 4, 5];
-        let mut expected = 0;
-        for i in 0..3 {
-            for j in 0..4 {
-                for k in 0..5 {
-                    assert_eq!(rank(&[i, j, k], &dims), Some(expected));
-                    assert_eq!(unravel(expected, &dims), vec![i, j, k]);
-                    expected += 1;
-                }
-            }
-        }
-        assert_eq!(rank(&[3, 0, 0], &dims), None, "outside the box");
-        assert_eq!(rank(&[0, 0], &dims), None, "too few dimensions");
-    }
 }

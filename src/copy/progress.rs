@@ -40,6 +40,9 @@ pub struct Tally {
     pub planned: AtomicBool,
     /// Keys of the source the copy holds in memory.
     pub held: Gauge,
+    /// `--shard`: the most bytes of chunk records (`sizes`) held at once by the shards being
+    /// gathered.
+    pub pack_held_peak: AtomicU64,
     failures: Mutex<Vec<(String, String)>>,
 }
 
@@ -171,6 +174,7 @@ impl Tally {
             "files_failed": Self::get(&self.files_failed),
             "failures": failures,
             "held_keys_peak": self.held.peak(),
+            "pack_held_bytes_peak": Self::get(&self.pack_held_peak),
         });
         if let (Some(out), serde_json::Value::Object(body)) = (out.as_object_mut(), body) {
             out.extend(body);

@@ -150,12 +150,15 @@ impl Walk<'_> {
             };
             batch.extend(files.into_iter().map(|(path, node)| Unit::File { path, node }));
             if let Some(rows) = &mut rows {
+                self.tally
+                    .pack_held_peak
+                    .fetch_max(rows.held_peak(), std::sync::atomic::Ordering::Relaxed);
                 batch.extend(rows.ready());
             }
             self.deal(batch).await?;
         }
         if let Some(rows) = rows {
-            self.deal(rows.finish()).await?;
+            self.deal(rows.finish()?).await?;
         }
         Ok(())
     }
