@@ -20,7 +20,8 @@
 //!
 //! So what the copy holds in memory is bounded by the largest directory and row of shards, not
 //! by the number of chunks (issue 35): `Tally::held` counts it, and the `--json` summary says
-//! its peak (`held_keys_peak`).
+//! its peak (`held_keys_peak`); a row of shards keeps 4 bytes a chunk file ([`sizes`]), whose
+//! peak the summary says too (`pack_held_bytes_peak`).
 //!
 //! It owns the copy's plan, its destination and its progress. It never mounts and never names
 //! the command line: it takes a plain [`CopyOptions`] (built by `cli/` from its arguments),

@@ -58,7 +58,7 @@ impl Unit {
     /// Keys of the source it holds in memory: its chunk files' when packing, else one.
     pub fn entries(&self) -> u64 {
         match self {
-            Unit::Pack(pack) => pack.chunks.len() as u64,
+            Unit::Pack(pack) => pack.chunks.len(),
             _ => 1,
         }
     }

@@ -56,8 +56,7 @@ impl ChunkSizes {
                 return None;
             }
         }
-        sizes.seal();
-        Some(sizes)
+        sizes.seal().then_some(sizes)
     }
 
     /// Hold the chunk file of entry `index`; false (and nothing held) if the entry is out of
