@@ -170,7 +170,7 @@ mod tests {
         let slots = 1000;
         for n in [0u64, 3, 124, 126, 1000] {
             // Every k-th entry, inserted in descending order, one of them too large for u32.
-            let step = if n == 0 { 1 } else { slots / n };
+            let step = slots.checked_div(n).unwrap_or(1);
             let pairs: Vec<(u64, u64)> = (0..n)
                 .map(|i| i * step)
                 .rev()
