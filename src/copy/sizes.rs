@@ -167,7 +167,7 @@ mod tests {
 
     #[test]
     fn sparse_and_dense_give_the_same_files_in_entry_order() {
-        let slots = 1000;
+        let slots: u64 = 1000;
         for n in [0u64, 3, 124, 126, 1000] {
             // Every k-th entry, inserted in descending order, one of them too large for u32.
             let step = slots.checked_div(n).unwrap_or(1);
