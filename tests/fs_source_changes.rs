@@ -61,12 +61,20 @@ async fn a_replaced_shard_is_trusted_until_told_then_its_array_is_dropped() {
         "trusted until told"
     );
 
+    let chunk_dir_ino = fs_resolve(&fs, split(&path).0).await.unwrap().ino;
+    let chunk_ino = fs_resolve(&fs, &path).await.unwrap().ino;
     let dropped = fs.source_changed(&keys(&[&shard_key]), false);
     let (parent, name) = split(dir);
     let parent_ino = fs_resolve(&fs, parent).await.unwrap().ino;
     let array_ino = fs_resolve(&fs, dir).await.unwrap().ino;
-    assert_eq!(dropped.entries, [(parent_ino, name.to_string())]);
-    assert_eq!(dropped.inodes, [parent_ino.min(array_ino), parent_ino.max(array_ino)]);
+    // The one chunk file of the shard the kernel was shown goes by name, before its array.
+    assert_eq!(
+        dropped.entries,
+        [(chunk_dir_ino, "0".to_string()), (parent_ino, name.to_string())]
+    );
+    let mut inodes = vec![parent_ino, array_ino, chunk_ino];
+    inodes.sort_unstable();
+    assert_eq!(dropped.inodes, inodes);
     assert_eq!(
         in_flight.ttl(),
         Duration::ZERO,
@@ -137,4 +145,58 @@ async fn when_anything_may_have_changed_every_name_of_the_root_goes() {
         fs_resolve(&fs, &path).await.is_err(),
         "the erased shard's chunk is gone"
     );
+}
+
+/// A chunk file being read when its shard changes keeps the kernel's entry through the drop of
+/// its array's directory, and the kernel gives it back with the directory's next lookup: the
+/// chunk files of a changed shard are dropped by name, every one the kernel was shown and no
+/// other (an edge shard's chunks outside the grid are not files).
+#[tokio::test]
+async fn the_chunk_files_of_a_changed_shard_are_dropped_by_name() {
+    let h = sample_hierarchy();
+    let a = &h.arrays[0];
+    let fs = watched_fs(h.memory_store());
+    let (shown, _) = fs_walk(&fs).await;
+    let dir = a.prefix.trim_end_matches('/');
+    let changed = [vec![0, 0], vec![2, 0], vec![0, 1]];
+    let shard_keys: Vec<String> = changed.iter().map(|s| a.shard_key(s)).collect();
+    let mut want = BTreeSet::new();
+    for path in shown.keys() {
+        let Some(coords) = path.strip_prefix(&format!("{dir}/c/")) else {
+            continue;
+        };
+        let coords: Vec<u64> = coords.split('/').map(|c| c.parse().unwrap()).collect();
+        if changed.contains(&a.spec.shard_of(&coords)) {
+            let (parent, name) = split(path);
+            want.insert((fs_resolve(&fs, parent).await.unwrap().ino, name.to_string()));
+        }
+    }
+    assert!(
+        want.len() >= 4,
+        "the fixture shows chunks of the changed shards: {want:?}"
+    );
+    let chunk_dirs = {
+        let mut dirs = BTreeSet::new();
+        for path in shown.keys().filter(|p| p.starts_with(&format!("{dir}/c/"))) {
+            dirs.insert(fs_resolve(&fs, split(path).0).await.unwrap().ino);
+        }
+        dirs
+    };
+    let keys: BTreeSet<String> = shard_keys.into_iter().collect();
+    let dropped = fs.source_changed(&keys, false);
+    let by_name: BTreeSet<(u64, String)> = dropped
+        .entries
+        .iter()
+        .filter(|(dir_ino, _)| chunk_dirs.contains(dir_ino))
+        .cloned()
+        .collect();
+    assert_eq!(by_name, want);
+    // Each goes before its array's directory, and its inode (attributes, pages) with it.
+    let (parent, name) = split(dir);
+    let parent_ino = fs_resolve(&fs, parent).await.unwrap().ino;
+    assert_eq!(dropped.entries.last(), Some(&(parent_ino, name.to_string())));
+    for (dir_ino, name) in &want {
+        let ino = fs.lookup(*dir_ino, name).await.unwrap().ino;
+        assert!(dropped.inodes.contains(&ino), "{name}: {dropped:?}");
+    }
 }

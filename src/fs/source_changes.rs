@@ -13,7 +13,9 @@
 //!
 //! A path that changed drops its entry in its parent: for a directory, the kernel drops
 //! everything it holds below it (that is how an array's directory stands for all its chunks,
-//! see `view/changes.rs`). The parent's attributes and kept listing go too, so new and removed
+//! see `view/changes.rs`), except what is in use then: a file being read keeps its entry and
+//! comes back with the directory, so the chunk files of a changed shard are dropped by name
+//! too, with their attributes and cached pages. The parent's attributes and kept listing go too, so new and removed
 //! names show. When anything may have changed, every name of the root goes.
 
 use std::collections::BTreeSet;
@@ -88,6 +90,15 @@ impl Fs {
                 out.entries.push((ROOT_INO, name));
             }
             out.inodes.push(ROOT_INO);
+        }
+        // Chunk files first, while the kernel still reaches them by their directories.
+        for path in &changed.files {
+            let (Some(dir), Some(ino)) = (self.inodes.peek(parent_path(path)), self.inodes.peek(path)) else {
+                continue; // the kernel holds nothing there
+            };
+            let name = path.rsplit('/').next().unwrap_or(path);
+            out.entries.push((dir, name.to_string()));
+            out.inodes.push(ino);
         }
         for path in &changed.paths {
             if path.is_empty() {

@@ -213,6 +213,47 @@ impl ShardedArray {
         }
     }
 
+    /// The inner chunks of the view that the stored shard at `shard_key` holds, in C order
+    /// and clipped to the grid: what a change of that shard may change. `None` when the key is
+    /// not one of this array's shards, or when the shard spans more than `max` chunks (the
+    /// caller then stands for them all by the array's directory).
+    pub fn chunks_of_key(&self, shard_key: &str, max: u64) -> Option<Vec<Vec<u64>>> {
+        let rel = shard_key.strip_prefix(&self.prefix)?;
+        let shard = self.encoding.decode(rel, self.ndim())?;
+        let spans: Vec<std::ops::Range<u64>> = (0..self.ndim())
+            .map(|d| {
+                let span = self.span(d, shard.get(d).copied().unwrap_or(u64::MAX));
+                let end = span.end.min(self.inner_grid[d]);
+                span.start.min(end)..end
+            })
+            .collect();
+        let count = spans.iter().try_fold(1u64, |n, s| n.checked_mul(s.end - s.start))?;
+        if count > max {
+            return None;
+        }
+        let mut out = Vec::with_capacity(usize::try_from(count).ok()?);
+        if count == 0 {
+            return Some(out);
+        }
+        let mut at: Vec<u64> = spans.iter().map(|s| s.start).collect();
+        loop {
+            out.push(at.clone());
+            // The next coordinates in C order: the last dimension fastest.
+            let mut d = self.ndim();
+            loop {
+                if d == 0 {
+                    return Some(out);
+                }
+                d -= 1;
+                at[d] += 1;
+                if at[d] < spans[d].end {
+                    break;
+                }
+                at[d] = spans[d].start;
+            }
+        }
+    }
+
     /// The levels of the stored shard at `shard_key`: the layout's, or on a rectilinear grid
     /// with that shard's own outermost level (its index shape).
     pub(super) fn levels_of_key(&self, shard_key: &str) -> Result<std::borrow::Cow<'_, [ShardLevel]>, ShardError> {

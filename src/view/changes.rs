@@ -5,15 +5,20 @@
 //! A path stands for everything below it, so the answer is coarse where being exact would
 //! need the view to know what the kernel holds: anything below an array (a shard, a chunk, its
 //! own metadata) is the array's directory; a metadata document is its directory; anything
-//! else is its own path. The root's path `""` stands for the root's documents only.
+//! else is its own path. The root's path `""` stands for the root's documents only. A shard's
+//! chunk files are also named one by one: the kernel keeps a name that is in use when its
+//! directory is dropped (a read in flight), and gives it back with the directory's next lookup.
 
 use std::collections::BTreeSet;
 
 use std::sync::atomic::Ordering;
 
-use super::nodes::{NodeCache, NodeInfo};
+use std::sync::Arc;
+
+use super::nodes::{NodeCache, NodeInfo, ShardedNode};
 use super::v2::V2Nodes;
 use super::View;
+use crate::store::key::dir_prefix;
 
 /// The documents whose change changes what their directory is.
 const METADATA_NAMES: [&str; 5] = ["zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"];
@@ -22,6 +27,11 @@ const METADATA_NAMES: [&str; 5] = ["zarr.json", ".zarray", ".zgroup", ".zattrs",
 /// looked for through the whole index cache).
 const MANY_KEYS: usize = 4096;
 
+/// Chunk files of a changed shard named one by one; a larger shard's stand on its array's
+/// directory alone (a read of one of them in flight as the change is handled may then keep
+/// the kernel's entry, and ESTALE, until the kernel forgets it).
+const FILES_PER_SHARD: u64 = 1 << 16;
+
 /// The paths of the view that changed with a batch of keys.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ChangedPaths {
@@ -29,6 +39,10 @@ pub struct ChangedPaths {
     pub paths: Vec<String>,
     /// Anything may have changed: the whole tree.
     pub everything: bool,
+    /// The chunk files of the shards that changed, each also below one of `paths`: a name
+    /// the kernel holds there must be dropped by itself, as one in use (a read in flight)
+    /// outlives the drop of its directory and comes back with it.
+    pub files: Vec<String>,
 }
 
 impl View {
@@ -41,15 +55,18 @@ impl View {
             return ChangedPaths {
                 paths: Vec::new(),
                 everything: true,
+                files: Vec::new(),
             };
         }
         let mut paths = BTreeSet::new();
+        let mut files = Vec::new();
         for key in keys {
-            paths.insert(self.forget_key(key));
+            paths.insert(self.forget_key(key, &mut files));
         }
         ChangedPaths {
             paths: outermost(paths),
             everything: false,
+            files,
         }
     }
 
@@ -58,8 +75,9 @@ impl View {
         self.v2.forget(None);
     }
 
-    /// Forget what is kept of `key`; the path that changed with it.
-    fn forget_key(&self, key: &str) -> String {
+    /// Forget what is kept of `key`; the path that changed with it. A shard's chunk files go
+    /// to `files`.
+    fn forget_key(&self, key: &str, files: &mut Vec<String>) -> String {
         let (dir, name) = key.rsplit_once('/').unwrap_or(("", key));
         if METADATA_NAMES.contains(&name) {
             self.nodes.forget(dir);
@@ -70,7 +88,19 @@ impl View {
         self.nodes.forget_stored(key);
         self.nodes.forget(key);
         self.v2.forget(Some(key));
-        self.array_above(key).unwrap_or(key).to_string()
+        let Some(array_dir) = self.array_above(key) else {
+            return key.to_string();
+        };
+        if let Some(node) = self.nodes.sharded_at(array_dir) {
+            let prefix = dir_prefix(&node.dir);
+            let chunks = node.array.chunks_of_key(key, FILES_PER_SHARD).unwrap_or_default();
+            files.extend(
+                chunks
+                    .iter()
+                    .map(|c| format!("{prefix}{}", node.array.encoding().encode(c))),
+            );
+        }
+        array_dir.to_string()
     }
 
     /// The outermost directory at or above `path` known as an array.
@@ -120,6 +150,15 @@ impl NodeCache {
         self.index_cache.invalidate_shard(key);
         if let Some(data) = &self.shard_options.data_cache {
             data.forget(key);
+        }
+    }
+
+    /// The sharded array known at `dir`, however long ago.
+    fn sharded_at(&self, dir: &str) -> Option<Arc<ShardedNode>> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match &entries.peek(dir)?.info {
+            NodeInfo::Sharded(node) => Some(node.clone()),
+            _ => None,
         }
     }
 
