@@ -22,6 +22,9 @@ use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
 /// freed behind it.
 pub const BIG_DOCUMENT: usize = 1 << 20;
 
+/// The longest string member name or value the tail of a document is read back through.
+const MAX_STRING: usize = 64;
+
 /// A group whose document the view rewrites (or, for a big one, may rewrite: see the module
 /// docs).
 #[derive(Debug)]
@@ -157,9 +160,12 @@ impl<'a> Tail<'a> {
     fn string(&mut self) -> Option<&'a [u8]> {
         self.expect(b'"')?;
         let close = self.end;
-        let open = self.bytes[..close].iter().rposition(|&b| b == b'"')?;
+        // Only the 64 bytes before the closing quote are looked at: a longer string is no
+        // member this reads, and a document ending in one is not scanned back to its start.
+        let from = close.saturating_sub(MAX_STRING + 1);
+        let open = from + self.bytes[from..close].iter().rposition(|&b| b == b'"')?;
         let inner = &self.bytes[open + 1..close];
-        if inner.contains(&b'\\') || inner.len() > 64 {
+        if inner.contains(&b'\\') || inner.len() > MAX_STRING {
             return None;
         }
         self.end = open;
@@ -268,6 +274,14 @@ mod tests {
         assert_eq!(kind(r#"{"a": "x\", \"node_type\": \"group"}"#), None, "inside a string");
         assert_eq!(kind(r#"{"node_type": "grou\"p"}"#), None);
         assert_eq!(kind(r#"{"node_type": "folder"}"#), None);
+        // A long last string is not read back through to its start.
+        let long = format!(
+            r#"{{"node_type": "group", "zarr_format": 3, "x": "{}"}}"#,
+            "y".repeat(65)
+        );
+        assert_eq!(kind(&long), None);
+        let padded = format!(r#"{{"{}": 1, "node_type": "group"}}"#, "k".repeat(64));
+        assert_eq!(kind(&padded), Some("group"), "a 64-byte name before it is no matter");
         for cut in [
             "",
             "}",
