@@ -102,10 +102,24 @@ impl Fs {
                 Ok(None) if self.inodes.open_goes_nowhere(ino) => return self.open_replaced(ino, truncate),
                 // The name leads elsewhere for another reason (nothing this mount did to it
                 // that the kernel knows of): look again, never write where no name leads.
-                Ok(None) => return Err(FsError::Replaced),
+                Ok(None) => {
+                    tracing::debug!(
+                        ino,
+                        path = at.path(),
+                        "an open for writing through an inode its name left: look again"
+                    );
+                    return Err(FsError::Replaced);
+                }
                 // A cached inode never changes size: the kernel looks the name up again and
                 // finds the inode to write through (see `fs/inodes/caching.rs`).
-                Err(Retired) => return Err(FsError::Replaced),
+                Err(Retired) => {
+                    tracing::debug!(
+                        ino,
+                        path = at.path(),
+                        "an open for writing of a retired inode: look again"
+                    );
+                    return Err(FsError::Replaced);
+                }
             },
             None => self.inodes.open_file(at.path(), file, sink),
         };

@@ -64,7 +64,10 @@ def racing_delete(ops, failed) -> bool:
 
 @pytest.mark.parametrize("seed", seeds())
 @pytest.mark.parametrize("mounts", [1] if INDEFINITE else [1, 2])
-def test_random_operations_match_the_model(mounter, tmp_path, mounts, seed):
+def test_random_operations_match_the_model(mounter, tmp_path, mounts, seed, monkeypatch):
+    # Each open for writing sent to look again is logged, so a writer's ESTALE can be traced.
+    monkeypatch.setenv("ZARRFS_RUST_LOG",
+                       os.environ.get("ZARRFS_RUST_LOG", "zarrfs=info,zarrfs::fs::write=debug"))
     spec = payload_spec("model/arr", shape=(16, 16), shard=(8, 8))
     root = tmp_path / "src"
     build(root, [spec])
