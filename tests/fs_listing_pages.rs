@@ -141,6 +141,9 @@ async fn a_directory_read_to_its_end_keeps_its_last_pages_and_takes_earlier_ones
         kept <= bound,
         "{kept} entries kept after the whole listing, at most {bound}"
     );
+    // What it keeps is counted.
+    assert_eq!(fs.listing_bytes_kept(), kept * zarrfs::fs::ENTRY_BYTES);
+    assert!(zarrfs::fs::ENTRY_BYTES >= std::mem::size_of::<(String, zarrfs::view::Node)>());
     // Back to the start (rewinddir) and to an offset telldir gave in the first page.
     let again = read_on(&fs, dir.ino, fh, 0, 4096).await;
     assert_eq!(names(&again), names(&all));
@@ -148,7 +151,16 @@ async fn a_directory_read_to_its_end_keeps_its_last_pages_and_takes_earlier_ones
     let resumed: Vec<DirItem> = fs.dir_items(dir.ino, fh, at).await.unwrap().take(3).collect();
     assert_eq!(names(&resumed), names(&all[1001..1004]));
     assert!(fs.listing_entries_kept(fh).unwrap() <= bound);
+    // The inode table does without what the listing keeps while it is open.
+    let (open_fitting, listed) = (fs.inodes_fitting(), fs.listing_bytes_kept());
     fs.releasedir(fh);
+    assert_eq!(fs.listing_bytes_kept(), 0, "nothing kept once closed");
+    let per_inode = zarrfs::fs::inodes::InodeTable::MAX_BYTES_PER_INODE;
+    let given_back = fs.inodes_fitting() - open_fitting;
+    assert!(
+        (listed / per_inode..=listed.div_ceil(per_inode)).contains(&given_back),
+        "{given_back} inodes given back for {listed} bytes"
+    );
 }
 
 #[tokio::test]

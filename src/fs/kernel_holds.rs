@@ -43,11 +43,14 @@ impl Fs {
     }
 
     /// Inodes whose memory fits beside the caches (see `fuse/pruning.rs`): the memory the
-    /// daemon takes beyond `--cache-size` is [`INODE_MEMORY`] for the inode table and 16 MiB
-    /// for all else, and while the cache of shard indexes is not full the table may use what
-    /// it has not taken yet (a walk of a million files fills a quarter of the default cache).
+    /// daemon takes beyond `--cache-size` is [`INODE_MEMORY`] for the inode table and the
+    /// listings of open directories, and 16 MiB for all else; while the cache of shard indexes
+    /// is not full the table may use what it has not taken yet (a walk of a million files
+    /// fills a quarter of the default cache). What open listings keep (a walk's window of a
+    /// directory of millions of chunk files: some ten MiB) is the table's to do without.
     pub fn inodes_fitting(&self) -> usize {
-        (self.view.cache_room() + INODE_MEMORY) / super::inodes::InodeTable::MAX_BYTES_PER_INODE
+        (self.view.cache_room() + INODE_MEMORY).saturating_sub(self.listed.bytes())
+            / super::inodes::InodeTable::MAX_BYTES_PER_INODE
     }
 
     /// Names (a directory inode and a name in it) the kernel should forget so that about

@@ -47,7 +47,7 @@ pub type FsResult<T> = Result<T, FsError>;
 pub use counters::Counters;
 use counters::OpCounts;
 pub use journaling::Replayed;
-pub use readdir::KEPT_ENTRIES;
+pub use readdir::{ENTRY_BYTES, KEPT_ENTRIES};
 pub use types::{Attr, DirItem, FileKind, FsConfig, Opened, OpenedDir, StatFs, INDEFINITE_TTL};
 pub use xattr::{STATS_IOCTL, STATS_IOCTL_SIZE};
 
@@ -77,6 +77,8 @@ pub struct Fs {
     kernel_listings: Option<kernel_listings::KernelListings>,
     /// What programs walking the tree do with the names they list (`walkers.rs`).
     walkers: walkers::Walkers,
+    /// The entries the open directories' listings keep (`readdir/listing.rs`).
+    listed: readdir::EntriesKept,
     budget: Arc<buffer::Budget>,
     /// Bumped at the end of every operation that may change a name, size or content: open
     /// directory handles take their listing again when it moved (see `readdir.rs`).
@@ -141,6 +143,7 @@ impl Fs {
             journal: None,
             kernel_listings,
             walkers: walkers::Walkers::default(),
+            listed: readdir::EntriesKept::default(),
             budget,
             changes: std::sync::atomic::AtomicU64::new(0),
             source: Default::default(),

@@ -21,7 +21,7 @@ mod listing;
 use super::kernel_listings::fingerprint;
 use super::*;
 use crate::view::{listing_order, Listing};
-pub use listing::{DirListing, KEPT_ENTRIES};
+pub use listing::{DirListing, EntriesKept, ENTRY_BYTES, KEPT_ENTRIES};
 
 /// Entries an answer to READDIR holds at least, unless the listing ends sooner: more than a
 /// reply to a common `getdents` buffer (32 KiB: about a thousand short names) holds, so that
@@ -92,10 +92,10 @@ impl Fs {
         if unstored.is_empty() {
             let indefinite = self.kernel_listings.as_ref().is_none_or(|k| k.indefinite());
             return Ok(match self.view.list_paged(path).await? {
-                Listing::Whole(entries) => DirListing::whole(entries),
-                Listing::Paged(pages) if indefinite => DirListing::paged(pages).await?,
+                Listing::Whole(entries) => DirListing::whole(entries, &self.listed),
+                Listing::Paged(pages) if indefinite => DirListing::paged(pages, &self.listed).await?,
                 Listing::Paged(pages) => {
-                    let listing = DirListing::paged(pages).await?;
+                    let listing = DirListing::paged(pages, &self.listed).await?;
                     listing.page_of(KEPT_ENTRIES).await?;
                     listing.as_whole().unwrap_or(listing)
                 }
@@ -103,7 +103,7 @@ impl Fs {
         }
         let mut entries = self.view.list(path).await?;
         self.add_unstored(unstored, &mut entries).await;
-        Ok(DirListing::whole(entries))
+        Ok(DirListing::whole(entries, &self.listed))
     }
 
     /// The listing of an open directory as of now: the handle's snapshot, or a new one when
@@ -318,6 +318,11 @@ impl Fs {
     /// pages only, see `readdir/listing.rs`).
     pub fn listing_entries_kept(&self, fh: u64) -> Option<usize> {
         Some(self.dirs.get(fh)?.listing().1.kept_entries())
+    }
+
+    /// Bytes the listings of every open directory keep (`listing_bytes_kept` in the stats).
+    pub fn listing_bytes_kept(&self) -> usize {
+        self.listed.bytes()
     }
 }
 

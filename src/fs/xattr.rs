@@ -50,6 +50,7 @@ impl Fs {
             ),
             ("inodes_held", self.inodes.len()),
             ("inode_table_bytes", self.inodes.bytes()),
+            ("listing_bytes_kept", self.listed.bytes()),
             ("daemon_rss_bytes", resident_bytes().unwrap_or(0)),
         ] {
             out.insert(name.into(), value.into());

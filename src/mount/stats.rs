@@ -141,10 +141,11 @@ pub fn to_text(mountpoint: &Path, source: &str, c: &Map<String, Value>) -> Strin
     let mut lines = lines.to_vec();
     if c.contains_key("inodes_held") {
         lines.push(format!(
-            "memory          {} resident; {} inodes held ({} in the inode table)",
+            "memory          {} resident; {} inodes held ({} in the inode table); {} in open listings",
             bytes(n("daemon_rss_bytes")),
             n("inodes_held"),
-            bytes(n("inode_table_bytes"))
+            bytes(n("inode_table_bytes")),
+            bytes(n("listing_bytes_kept"))
         ));
     }
     let time = |us: u64| match us {
@@ -241,13 +242,17 @@ mod tests {
         let mut held = counters.clone();
         held.insert("inodes_held".into(), 1_000_001.into());
         held.insert("inode_table_bytes".into(), (82u64 << 20).into());
+        held.insert("listing_bytes_kept".into(), (12u64 << 20).into());
         held.insert("daemon_rss_bytes".into(), (200u64 << 20).into());
         held.insert("latency_lookup_count".into(), 12.into());
         held.insert("latency_lookup_p50_us".into(), 16.into());
         held.insert("latency_lookup_p99_us".into(), 32768.into());
         let text = to_text(Path::new("/mnt/d"), "/data/x.zarr", &held);
         assert!(
-            text.contains("memory          200.0 MiB resident; 1000001 inodes held (82.0 MiB in the inode table)"),
+            text.contains(
+                "memory          200.0 MiB resident; 1000001 inodes held (82.0 MiB in the inode table); \
+                 12.0 MiB in open listings"
+            ),
             "{text}"
         );
         assert!(

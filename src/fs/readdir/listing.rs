@@ -12,7 +12,12 @@
 //! hold gigabytes while it is open. Of an earlier page it keeps where it starts, in entries and
 //! in the listing (its position); a reader going back to it has it taken again from its shard's
 //! index, cut to the entries it had (offsets after it keep their meaning).
+//!
+//! What every open listing of a mount keeps is counted ([`EntriesKept`]): it is memory the
+//! inode table then does without (`Fs::inodes_fitting`), so that a walk's listings and its
+//! inodes together stay within what the mount may take.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::view::{listing_order, Node, PagePosition, Pages, ViewError};
@@ -22,6 +27,37 @@ pub type Page = Arc<Vec<(String, Node)>>;
 
 /// Entries a paged listing keeps beyond its last page (see the module's documentation).
 pub const KEPT_ENTRIES: usize = 2 * crate::shard::PAGE_CHUNKS as usize;
+
+/// Bytes one kept entry takes: the pair, and its name's allocation (chunk files have short
+/// names; a longer one is counted short).
+pub const ENTRY_BYTES: usize = std::mem::size_of::<(String, Node)>() + 32;
+
+/// The entries kept by the open listings of one mount.
+#[derive(Debug, Clone, Default)]
+pub struct EntriesKept(Arc<AtomicUsize>);
+
+impl EntriesKept {
+    /// Entries kept now.
+    pub fn entries(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Bytes kept now (see [`ENTRY_BYTES`]).
+    pub fn bytes(&self) -> usize {
+        self.entries().saturating_mul(ENTRY_BYTES)
+    }
+
+    fn add(&self, n: usize) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sub(&self, n: usize) {
+        // Never below zero: every entry subtracted was added by the same listing.
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |k| Some(k.saturating_sub(n)));
+    }
+}
 
 /// A page taken: its entries while kept, and where it starts.
 #[derive(Debug)]
@@ -39,8 +75,9 @@ struct TakenPage {
 struct Taken {
     pages: Vec<TakenPage>,
     len: usize,
-    /// Entries of the pages kept.
+    /// Entries of the pages kept, also counted in `counted`.
     kept: usize,
+    counted: EntriesKept,
     /// Every page is taken.
     complete: bool,
 }
@@ -65,7 +102,7 @@ impl Taken {
             position,
         });
         self.len += len;
-        self.kept += len;
+        self.keep(len);
         self.trim(self.pages.len() - 1);
     }
 
@@ -83,7 +120,19 @@ impl Taken {
             }
             page.entries = None;
             self.kept -= page.len;
+            self.counted.sub(page.len);
         }
+    }
+
+    fn counted_in(counted: &EntriesKept) -> Self {
+        let mut taken = Taken::default();
+        taken.counted = counted.clone();
+        taken
+    }
+
+    fn keep(&mut self, n: usize) {
+        self.kept += n;
+        self.counted.add(n);
     }
 
     /// The taken page holding entry `i`.
@@ -100,6 +149,12 @@ impl Taken {
     }
 }
 
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.counted.sub(self.kept);
+    }
+}
+
 /// A directory's listing, taken as far as it was read (see the module's documentation).
 #[derive(Debug, Default)]
 pub struct DirListing {
@@ -111,9 +166,9 @@ pub struct DirListing {
 }
 
 impl DirListing {
-    /// A listing taken whole.
-    pub fn whole(entries: Vec<(String, Node)>) -> Self {
-        let mut taken = Taken::default();
+    /// A listing taken whole; its entries counted in `counted` while it is kept.
+    pub fn whole(entries: Vec<(String, Node)>, counted: &EntriesKept) -> Self {
+        let mut taken = Taken::counted_in(counted);
         taken.push(entries, None);
         taken.complete = true;
         DirListing {
@@ -125,8 +180,8 @@ impl DirListing {
 
     /// A listing taken a page at a time, its first page taken now (so that an empty one is
     /// known at once).
-    pub async fn paged(mut pages: Pages) -> Result<Self, ViewError> {
-        let mut taken = Taken::default();
+    pub async fn paged(mut pages: Pages, counted: &EntriesKept) -> Result<Self, ViewError> {
+        let mut taken = Taken::counted_in(counted);
         let origin = pages.clone();
         let position = pages.position();
         match pages.next_page().await? {
@@ -210,7 +265,7 @@ impl DirListing {
         let mut taken = self.taken();
         if let Some(page) = taken.pages.get_mut(n).filter(|p| p.entries.is_none()) {
             page.entries = Some(entries.clone());
-            taken.kept += len;
+            taken.keep(len);
             taken.trim(n);
         }
         Ok((entries, start))
@@ -272,7 +327,7 @@ impl DirListing {
         for page in &taken.pages {
             entries.extend(page.entries.iter().flat_map(|e| e.iter().cloned()));
         }
-        Some(DirListing::whole(entries))
+        Some(DirListing::whole(entries, &taken.counted))
     }
 
     /// Entries kept in memory.
