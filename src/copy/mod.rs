@@ -99,21 +99,6 @@ pub struct Report {
     pub pack_held_peak: u64,
 }
 
-/// glibc's malloc arenas a copy allocates from. By default glibc gives threads up to eight
-/// arenas a core, and a copy's threads (runtime workers, and the blocking threads that read and
-/// write local files) allocate and free millions of small buffers across them: each arena
-/// keeps what it freed, so the process grew with the number of files copied (180 MiB for 10^6
-/// chunk files, 71 MiB with two arenas; issue 35). Two arenas cost no measurable speed here.
-const MALLOC_ARENAS: i32 = 2;
-
-fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets a malloc tunable; called before the copy starts its threads.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
-    }
-}
-
 /// Bounds of a copy's memory that the command line does not set (tests set smaller ones).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -144,7 +129,6 @@ pub fn run(args: &CopyOptions) -> Result<Report> {
 
 /// [`run`] within other [`Limits`].
 pub fn run_with(args: &CopyOptions, limits: Limits) -> Result<Report> {
-    limit_malloc_arenas();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .max_blocking_threads(blocking_threads(args.jobs))
         .enable_all()
