@@ -181,7 +181,10 @@ def mount(
     given = {k: v for k, v in locals().items() if k not in ("source", "mountpoint", "env")}
     words = _options.arguments(_options.MOUNT_OPTIONS, given)
     own = mountpoint is None
-    path = tempfile.mkdtemp(prefix="zarrfs-") if own else os.path.abspath(os.fspath(mountpoint))
+    if mountpoint is None:
+        path = tempfile.mkdtemp(prefix="zarrfs-")
+    else:
+        path = os.path.abspath(os.fspath(mountpoint))
     source = os.fspath(source)
     try:
         done = _binary.run(["mount", source, path, *words], env)
