@@ -22,6 +22,11 @@ echo "test: real clients (pytest tests/clients)"
 # zarrfs and the delaying proxy of the latency tests (bench/delay-proxy, a workspace member:
 # tests/clients/latency.py finds it in target/debug).
 cargo build --quiet --workspace
+# The wheel from that debug build (maturin; seconds, no release build), for
+# tests/clients/test_wheel.py: a fresh venv installs it and runs the README's Python examples.
+echo "test: the wheel (scripts/build_wheel.sh --profile dev)"
+ZARRFS_WHEEL=$(bash scripts/build_wheel.sh --profile dev)
+export ZARRFS_WHEEL
 # Includes the remote-source tests: they start moto (S3), Azurite, fake-gcs-server and nginx on
 # 127.0.0.1 themselves (scripts/servers.sh) and stop them afterwards.
 # Both client runs go on after a failure, so one CI run reports both.
