@@ -206,6 +206,13 @@ pub struct MountArgs {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormatArg::Text, help_heading = "Process")]
     pub log_format: LogFormatArg,
+    /// Serve Prometheus metrics at http://ADDRESS/metrics: a PORT alone listens on 127.0.0.1;
+    /// HOST:PORT beyond loopback needs --metrics-allow-remote (docs/metrics.md).
+    #[arg(long, value_name = "[HOST:]PORT", help_heading = "Process")]
+    pub metrics_address: Option<String>,
+    /// Let --metrics-address listen beyond loopback (e.g. 0.0.0.0:9464 in a pod).
+    #[arg(long, help_heading = "Process", requires = "metrics_address")]
+    pub metrics_allow_remote: bool,
 
     /// Refuse every change (mounts are writable by default when the source is).
     #[arg(long, help_heading = "View", conflicts_with = "writable")]
