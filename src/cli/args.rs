@@ -67,8 +67,14 @@ pub enum Command {
         /// Where the zarrfs mount is.
         mountpoint: PathBuf,
         /// Machine-readable output (one JSON object).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Refresh a table every --interval: rates per second and p50/p99 per operation.
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between refreshes of --watch.
+        #[arg(long, value_name = "SECONDS", default_value_t = 1.0, requires = "watch")]
+        interval: f64,
     },
     /// Copy the unsharded view of SOURCE to DEST (a directory, s3://, gs:// or az://), byte
     /// for byte what `cp -r` of a mount gives, without mounting (--unshard), or pack SOURCE

@@ -66,7 +66,10 @@ mod tests {
     #[test]
     fn beyond_loopback_needs_the_flag() {
         let refused = parse("0.0.0.0:9464", false).unwrap_err();
-        assert!(refused.contains("not a loopback address") && refused.contains("--metrics-allow-remote"), "{refused}");
+        assert!(
+            refused.contains("not a loopback address") && refused.contains("--metrics-allow-remote"),
+            "{refused}"
+        );
         assert!(parse("[::]:9464", false).is_err());
         assert_eq!(parse("0.0.0.0:9464", true).unwrap(), "0.0.0.0:9464".parse().unwrap());
         for bad in ["", "host", "1.2.3.4:port", "70000"] {
@@ -79,7 +82,10 @@ mod tests {
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = taken.local_addr().unwrap();
         let refused = bind(addr).unwrap_err();
-        assert!(refused.contains(&addr.to_string()) && refused.contains("taken"), "{refused}");
+        assert!(
+            refused.contains(&addr.to_string()) && refused.contains("taken"),
+            "{refused}"
+        );
         drop(taken);
         assert!(bind(addr).is_ok(), "free again");
     }

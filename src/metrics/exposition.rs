@@ -27,7 +27,10 @@ pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 pub const GAUGES: [(&str, &str); 14] = [
     ("open_files", "Files open now"),
     ("open_dirs", "Directories open now"),
-    ("held_files", "Files whose content the mount holds (being written or waiting for commit)"),
+    (
+        "held_files",
+        "Files whose content the mount holds (being written or waiting for commit)",
+    ),
     ("write_buffer_bytes", "Memory held by written files not yet committed"),
     ("spilled_files", "Written files spilled to temporary files on disk"),
     ("read_snapshot_bytes", "Memory held by open files' read snapshots"),
@@ -36,21 +39,43 @@ pub const GAUGES: [(&str, &str); 14] = [
     ("listing_bytes_kept", "Memory of the listings open directories keep"),
     ("daemon_rss_bytes", "Resident memory of the daemon"),
     ("disk_cache_bytes", "Bytes the --cache directory holds"),
-    ("journal_pending_bytes", "Bytes in the journal not yet committed to the store"),
-    ("journal_pending_files", "Files in the journal not yet committed to the store"),
+    (
+        "journal_pending_bytes",
+        "Bytes in the journal not yet committed to the store",
+    ),
+    (
+        "journal_pending_files",
+        "Files in the journal not yet committed to the store",
+    ),
     ("source_watched", "1 if the local source is watched for changes"),
 ];
 
 /// The store request counters, named as requests (the other keys keep their own names).
 const RENAMED: [(&str, &str, &str); 8] = [
-    ("get", "store_get_requests", "GET requests sent to the store (ranged reads included)"),
+    (
+        "get",
+        "store_get_requests",
+        "GET requests sent to the store (ranged reads included)",
+    ),
     ("get_bytes", "store_get_bytes", "Bytes received from the store"),
-    ("head", "store_head_requests", "HEAD requests (and directory probes) sent to the store"),
-    ("set", "store_put_requests", "PUT requests (conditional ones included) sent to the store"),
+    (
+        "head",
+        "store_head_requests",
+        "HEAD requests (and directory probes) sent to the store",
+    ),
+    (
+        "set",
+        "store_put_requests",
+        "PUT requests (conditional ones included) sent to the store",
+    ),
     ("set_bytes", "store_put_bytes", "Bytes sent to the store"),
     ("erase", "store_delete_requests", "DELETE requests sent to the store"),
     ("list", "store_list_requests", "Recursive listings asked of the store"),
-    ("list_dir", "store_list_dir_requests", "Directory listings asked of the store"),
+    (
+        "list_dir",
+        "store_list_dir_requests",
+        "Directory listings asked of the store",
+    ),
 ];
 
 /// What one scrape serves.
@@ -86,7 +111,12 @@ fn split_unit(name: &str) -> (&str, Option<Unit>) {
     }
 }
 
-fn histogram(encoder: &mut DescriptorEncoder, name: &str, help: &str, series: &[(Vec<(&str, &str)>, &Snapshot)]) -> std::fmt::Result {
+fn histogram(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Vec<(&str, &str)>, &Snapshot)],
+) -> std::fmt::Result {
     let mut family = encoder.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
     for (labels, snapshot) in series {
         let buckets = snapshot.prometheus_buckets();
@@ -127,7 +157,12 @@ impl Scrape {
         if let Some(ms) = self.stats.get("journal_oldest_pending_ms").and_then(Value::as_u64) {
             let gauge = ConstGauge::new(ms as f64 / 1000.0);
             let help = "How long the oldest write not yet committed to the store has waited in the journal (0: none)";
-            let descriptor = encoder.encode_descriptor("zarrfs_journal_oldest_pending", help, Some(&Unit::Seconds), gauge.metric_type())?;
+            let descriptor = encoder.encode_descriptor(
+                "zarrfs_journal_oldest_pending",
+                help,
+                Some(&Unit::Seconds),
+                gauge.metric_type(),
+            )?;
             gauge.encode(descriptor)?;
         }
         Ok(())
@@ -135,18 +170,38 @@ impl Scrape {
 
     fn histograms(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
         let fuse: Vec<_> = self.fuse.iter().map(|(op, s)| (vec![("operation", *op)], s)).collect();
-        histogram(encoder, "zarrfs_fuse_request_duration", "Time from a kernel request's arrival to its reply, by operation", &fuse)?;
+        histogram(
+            encoder,
+            "zarrfs_fuse_request_duration",
+            "Time from a kernel request's arrival to its reply, by operation",
+            &fuse,
+        )?;
         let store: Vec<_> = self
             .store
             .iter()
             .map(|(kind, outcome, s)| (vec![("kind", *kind), ("outcome", *outcome)], s))
             .collect();
-        histogram(encoder, "zarrfs_store_request_duration", "Time of the requests to the store, by kind and outcome", &store)?;
+        histogram(
+            encoder,
+            "zarrfs_store_request_duration",
+            "Time of the requests to the store, by kind and outcome",
+            &store,
+        )?;
         if let Some(commit) = &self.commit {
-            histogram(encoder, "zarrfs_shard_commit_duration", "Time of a shard commit (read, repack, conditional write; retries included)", &[(vec![], commit)])?;
+            histogram(
+                encoder,
+                "zarrfs_shard_commit_duration",
+                "Time of a shard commit (read, repack, conditional write; retries included)",
+                &[(vec![], commit)],
+            )?;
         }
         if let Some(append) = &self.journal_append {
-            histogram(encoder, "zarrfs_journal_append_duration", "Time of a journal append, fsync included (what a close() waits for)", &[(vec![], append)])?;
+            histogram(
+                encoder,
+                "zarrfs_journal_append_duration",
+                "Time of a journal append, fsync included (what a close() waits for)",
+                &[(vec![], append)],
+            )?;
         }
         Ok(())
     }
@@ -155,7 +210,12 @@ impl Scrape {
 impl Collector for Scrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let info = prometheus_client::metrics::info::Info::new([("version", env!("CARGO_PKG_VERSION"))]);
-        info.encode(encoder.encode_descriptor("zarrfs_build", "The zarrfs build serving the mount", None, info.metric_type())?)?;
+        info.encode(encoder.encode_descriptor(
+            "zarrfs_build",
+            "The zarrfs build serving the mount",
+            None,
+            info.metric_type(),
+        )?)?;
         self.counters_and_gauges(&mut encoder)?;
         self.histograms(&mut encoder)
     }
@@ -206,7 +266,10 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
         }
-        assert!(!text.contains("latency_read"), "the p50/p99 keys are left to the histograms");
+        assert!(
+            !text.contains("latency_read"),
+            "the p50/p99 keys are left to the histograms"
+        );
         assert!(!text.contains("journal_append"), "no journal, no histogram");
     }
 }

@@ -127,7 +127,7 @@ mod tests {
         assert_eq!(served[1], (16e-6, 1));
         assert_eq!(served[5], (4096e-6, 1));
         assert_eq!(served.iter().map(|b| b.1).sum::<u64>(), 4, "1000 s is above 67 s");
-        assert_eq!(s.percentile_edge(0.5), Some(4));
+        assert_eq!(s.percentile_edge(0.5), Some(8), "the third of five is 4 µs, in [4, 8)");
         assert_eq!(s.percentile_edge(0.99), Some(1 << 30));
         assert_eq!(Histogram::default().snapshot().percentile_edge(0.5), None);
     }

@@ -80,7 +80,11 @@ async fn respond(head: &str, render: Render) -> Vec<u8> {
             reply("200 OK", super::exposition::CONTENT_TYPE, &body)
         }
         ("GET" | "HEAD", "/") => reply("200 OK", "text/plain; charset=utf-8", "zarrfs: metrics at /metrics\n"),
-        ("GET" | "HEAD", _) => reply("404 Not Found", "text/plain; charset=utf-8", "not found; metrics at /metrics\n"),
+        ("GET" | "HEAD", _) => reply(
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found; metrics at /metrics\n",
+        ),
         _ => reply("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET\n"),
     }
 }
@@ -109,7 +113,12 @@ mod tests {
     async fn serves_the_exposition_at_metrics_only() {
         let listener = super::super::address::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
-        spawn(listener, &tokio::runtime::Handle::current(), Arc::new(|| "zarrfs_x 1\n".to_string())).unwrap();
+        spawn(
+            listener,
+            &tokio::runtime::Handle::current(),
+            Arc::new(|| "zarrfs_x 1\n".to_string()),
+        )
+        .unwrap();
         let ok = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
         assert!(ok.contains("Content-Type: text/plain; version=0.0.4"), "{ok}");

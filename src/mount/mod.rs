@@ -15,7 +15,7 @@
 //! wires (no shard, store key or inode is handled here), and it never names the command line
 //! (`cli/`) or a copy (`copy/`). Its files import one another without a cycle
 //! (`tests/layout.rs`): launch → daemon → serve → reading → source → settings → logging, and
-//! unmount → stats → mountpoint; serve → metrics (a mount's `/metrics`, `--metrics-address`).
+//! unmount → stats → mountpoint; stats_watch → stats; serve → metrics (a mount's `/metrics`, `--metrics-address`).
 
 pub mod daemon;
 pub mod launch;
@@ -27,4 +27,5 @@ pub mod serve;
 pub mod settings;
 pub mod source;
 pub mod stats;
+pub mod stats_watch;
 pub mod unmount;

@@ -101,7 +101,12 @@ impl TimedStore {
 
     /// `n` requests sent together, each timed as the whole (as the request counters count
     /// them one by one, so the two agree).
-    async fn timed_n<T: Found>(&self, kind: Kind, n: usize, request: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+    async fn timed_n<T: Found>(
+        &self,
+        kind: Kind,
+        n: usize,
+        request: impl Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
         let start = Instant::now();
         let result = request.await;
         let elapsed = start.elapsed();
@@ -147,11 +152,13 @@ impl Store for TimedStore {
     /// Timed as one `get` per request, each taking the whole (they go out together).
     async fn get_partial_values(&self, requests: &[(String, ByteRange)]) -> StoreResult<Vec<Option<GetResult>>> {
         let n = requests.len();
-        self.timed_n(Kind::Get, n, self.inner.get_partial_values(requests)).await
+        self.timed_n(Kind::Get, n, self.inner.get_partial_values(requests))
+            .await
     }
 
     async fn erase_values(&self, keys: &[String]) -> StoreResult<()> {
-        self.timed_n(Kind::Delete, keys.len(), self.inner.erase_values(keys)).await
+        self.timed_n(Kind::Delete, keys.len(), self.inner.erase_values(keys))
+            .await
     }
 
     async fn erase_prefix(&self, prefix: &str) -> StoreResult<()> {
@@ -163,7 +170,8 @@ impl Store for TimedStore {
     }
 
     async fn set_partial_values(&self, values: &[(String, u64, Bytes)]) -> StoreResult<()> {
-        self.timed_n(Kind::Put, values.len(), self.inner.set_partial_values(values)).await
+        self.timed_n(Kind::Put, values.len(), self.inner.set_partial_values(values))
+            .await
     }
 
     async fn rename(&self, from: &str, to: &str) -> StoreResult<()> {

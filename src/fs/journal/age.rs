@@ -59,7 +59,10 @@ mod tests {
         let age = ages.oldest(Some(2)).unwrap();
         assert!(age >= Duration::from_secs(30), "{age:?}");
         let age = ages.oldest(Some(5)).unwrap();
-        assert!(age >= Duration::from_secs(10) && age < Duration::from_secs(30), "{age:?}");
+        assert!(
+            age >= Duration::from_secs(10) && age < Duration::from_secs(30),
+            "{age:?}"
+        );
         assert_eq!(ages.lock().len(), 1, "the passed append is dropped");
         assert_eq!(ages.oldest(None), None);
         assert_eq!(ages.oldest(Some(0)), None, "replayed from an earlier mount");
