@@ -10,7 +10,7 @@
 #
 # Usage: bench/bench_metrics.sh
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs)
-#        BENCH_SCALE  scales the array (default 1: 4096 chunk files of 8 KiB, 32 MiB)
+#        BENCH_SCALE  scales the array (default 1: 2048 chunk files of 8 KiB, 16 MiB)
 #        RUNS         timed runs per mount (default 5)
 #        SCRAPE       seconds between scrapes (default 0.25)
 #        BENCH_DIR    work directory (default: a new one, removed after)
@@ -26,7 +26,7 @@ SCRAPE="${SCRAPE:-0.25}"
 source "$REPO/bench/bench_lib.sh" metrics
 
 SRC="$WORK/src.zarr"
-say "writing the array ($SCALE x 4096 chunks of 8 KiB) in $SRC"
+say "writing the array ($SCALE x 2048 chunks of 8 KiB) in $SRC"
 "$PY" - "$SRC" "$SCALE" <<'PY'
 import sys, numpy as np, zarr
 path, scale = sys.argv[1], int(sys.argv[2])
