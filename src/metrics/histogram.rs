@@ -42,14 +42,6 @@ impl Histogram {
         self.sum_micros.fetch_add(micros, Relaxed);
     }
 
-    /// The time `work` takes, recorded.
-    pub fn time<T>(&self, work: impl FnOnce() -> T) -> T {
-        let start = std::time::Instant::now();
-        let out = work();
-        self.record(start.elapsed());
-        out
-    }
-
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             counts: std::array::from_fn(|i| self.buckets[i].load(Relaxed)),
