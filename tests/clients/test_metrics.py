@@ -6,11 +6,15 @@ server every second:
     land in the buckets a local read belongs in (under 1 s, none above);
   - the exposition parses with the Python `prometheus_client` parser, with the expected types
     and no label value that is a path or key;
+  - a write through a journaled mount is timed in the journal-append and shard-commit
+    histograms, and the journal's backlog gauges return to 0 once committed;
   - a port alone listens on loopback only; beyond loopback is refused without
     --metrics-allow-remote; a taken port fails the mount with a clear message before it is live.
 """
 import json
+import shutil
 import socket
+import time
 import urllib.request
 
 import pytest
@@ -123,3 +127,41 @@ def test_loopback_by_default_and_refusals(mounter, tree, zarrfs_bin, tmp_path):
     with socket.socket() as s:
         s.settimeout(2)
         s.connect(("127.0.0.1", port))
+
+
+def test_writes_time_journal_appends_and_commits(mounter, tree, tmp_path):
+    """A write through a journaled mount: one journal append per close, the shard committed
+    about a second later, both in their histograms; the backlog gauges go back to 0."""
+    source = tmp_path / "src"
+    shutil.copytree(tree.root / ARRAY, source / "a")
+    shutil.copy(tree.root / "zarr.json", source / "zarr.json")
+    port = free_port()
+    view = mounter(source, "--journal", "--journal-dir", tmp_path / "journal",
+                   "--metrics-address", str(port))
+    chunks = sorted(rel for rel in walk_files(view.path("a")) if rel.startswith("c"))[:3]
+    for rel in chunks:
+        p = view.path("a") / rel
+        data = p.read_bytes()
+        with open(p, "wb") as f:
+            f.write(data)
+
+    def samples():
+        families = text_string_to_metric_families(scrape(port))
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+
+    first = samples()
+    assert first[("zarrfs_journal_append_duration_seconds_count", ())] >= len(chunks)
+    assert ("zarrfs_journal_oldest_pending_seconds", ()) in first
+    deadline = time.monotonic() + 30
+    while True:
+        now = samples()
+        if now[("zarrfs_journal_pending_files", ())] == 0 and now[("zarrfs_shard_commits_total", ())] >= 1:
+            break
+        assert time.monotonic() < deadline, now
+        time.sleep(0.2)
+    assert now[("zarrfs_shard_commit_duration_seconds_count", ())] == now[("zarrfs_shard_commits_total", ())]
+    assert now[("zarrfs_journal_oldest_pending_seconds", ())] == 0
+    assert now[("zarrfs_journal_pending_bytes", ())] == 0
+    puts = sum(v for (name, labels), v in now.items()
+               if name == "zarrfs_store_request_duration_seconds_count" and ("kind", "put") in labels)
+    assert puts == now[("zarrfs_store_put_requests_total", ())] >= 1
