@@ -8,7 +8,8 @@
 #     (re)installed only when the requirements changed (stamp file holds their hash).
 # With --test, also what the tests need beyond that: the remote-source test servers
 # (scripts/requirements-remote.txt in the same venv with its own stamp, azurite@3.35.0 in
-# $REPO/.cache/npm, nginx-light with the WebDAV ext module) and systemd-analyze, and the legacy
+# $REPO/.cache/npm, nginx-light with the WebDAV ext module), systemd-analyze, Prometheus (its
+# service never started: tests run the binary), and the legacy
 # readers: zarr-python 2.18 in $REPO/.venv-legacy (scripts/requirements-legacy.txt, own stamp)
 # and GDAL (gdal-bin); and the newest zarr-python: zarr 3.4 in $REPO/.venv-zarr34 (Python 3.12
 # from pyenv, or $ZARR34_PYTHON; scripts/requirements-zarr34.txt, own stamp).
@@ -165,6 +166,29 @@ install_zarr34() {
     echo "$want" > "$ZARR34_STAMP"
 }
 
+# --- Prometheus for the metrics tests (tests/clients/test_metrics.py) ------------------------
+# Debian's server; the tests start the binary themselves on a free port. The package's own
+# service must not run: a policy-rc.d refuses its start during the install (unless one is in
+# place already), and where systemd runs it is stopped and disabled after.
+install_prometheus() {
+    if [ -z "$(missing_debs prometheus)" ]; then
+        say "prometheus present"
+        return 0
+    fi
+    say "installing prometheus (its service is not started)"
+    local policy=/usr/sbin/policy-rc.d made_policy=""
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && made_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    [ -n "$made_policy" ] && rm -f "$policy"
+    if [ -d /run/systemd/system ]; then
+        systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+}
+
 install_remote() {
     install_remote_debs
     install_remote_venv
@@ -176,6 +200,7 @@ install_debs
 install_venv
 if [ "${1:-}" = "--test" ]; then
     install_remote
+    install_prometheus
     install_legacy
     install_zarr34
 fi

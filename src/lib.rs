@@ -15,6 +15,7 @@ pub mod fs;
 pub mod fuse;
 pub mod fuzzing;
 pub mod inspect;
+pub mod metrics;
 pub mod mount;
 pub mod shard;
 pub mod store;

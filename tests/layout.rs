@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 /// The layers, top to bottom: each names only layers below it (and `zarr`, `sys`).
 const LAYERS: [&str; 5] = ["fuse", "fs", "view", "shard", "store"];
 
-/// Pure code every layer may use, which names nothing of the crate itself.
-const LEAVES: [&str; 2] = ["zarr", "sys"];
+/// Pure code every layer may use, which names nothing of the crate itself (`metrics` holds the
+/// latency histogram every layer records into, and the exposition and server built on it).
+const LEAVES: [&str; 3] = ["zarr", "sys", "metrics"];
 
 /// A layer naming one more than one level below it, as the code does today (a new one fails
 /// the test, and so does one of these that is gone: the list stays true).

@@ -67,8 +67,14 @@ pub enum Command {
         /// Where the zarrfs mount is.
         mountpoint: PathBuf,
         /// Machine-readable output (one JSON object).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Refresh a table every --interval: rates per second and p50/p99 per operation.
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between refreshes of --watch.
+        #[arg(long, value_name = "SECONDS", default_value_t = 1.0, requires = "watch")]
+        interval: f64,
     },
     /// Copy the unsharded view of SOURCE to DEST (a directory, s3://, gs:// or az://), byte
     /// for byte what `cp -r` of a mount gives, without mounting (--unshard), or pack SOURCE
@@ -206,6 +212,13 @@ pub struct MountArgs {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormatArg::Text, help_heading = "Process")]
     pub log_format: LogFormatArg,
+    /// Serve Prometheus metrics at http://ADDRESS/metrics: a PORT alone listens on 127.0.0.1;
+    /// HOST:PORT beyond loopback needs --metrics-allow-remote (docs/metrics.md).
+    #[arg(long, value_name = "[HOST:]PORT", help_heading = "Process")]
+    pub metrics_address: Option<String>,
+    /// Let --metrics-address listen beyond loopback (e.g. 0.0.0.0:9464 in a pod).
+    #[arg(long, help_heading = "Process", requires = "metrics_address")]
+    pub metrics_allow_remote: bool,
 
     /// Refuse every change (mounts are writable by default when the source is).
     #[arg(long, help_heading = "View", conflicts_with = "writable")]

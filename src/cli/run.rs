@@ -20,7 +20,18 @@ pub fn run(cli: Cli) -> i32 {
             Err(message) => Err(anyhow::anyhow!(message)),
         },
         Command::Unmount { mountpoint } => crate::mount::unmount::unmount(&mountpoint),
-        Command::Stats { mountpoint, json } => crate::mount::stats::print(&mountpoint, json),
+        Command::Stats {
+            mountpoint,
+            watch: true,
+            interval,
+            ..
+        } if interval.is_finite() && (0.1..=3600.0).contains(&interval) => {
+            crate::mount::stats_watch::run(&mountpoint, std::time::Duration::from_secs_f64(interval))
+        }
+        Command::Stats {
+            watch: true, interval, ..
+        } => Err(anyhow::anyhow!("--interval {interval}: between 0.1 and 3600 seconds")),
+        Command::Stats { mountpoint, json, .. } => crate::mount::stats::print(&mountpoint, json),
         Command::Inspect { source, json } => inspect(&source, json),
         Command::Copy {
             shard_size: Some(_),

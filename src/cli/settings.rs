@@ -36,7 +36,12 @@ impl MountArgs {
         if self.cache.is_some() && !remote {
             return Err("--cache applies to remote sources (a local source is read from its own disk)".into());
         }
+        let metrics_address = match &self.metrics_address {
+            Some(text) => Some(crate::metrics::address::parse(text, self.metrics_allow_remote)?),
+            None => None,
+        };
         Ok(MountSettings {
+            metrics_address,
             journal,
             source,
             mountpoint: self.mountpoint,

@@ -18,6 +18,8 @@ mod journaling;
 mod kernel_holds;
 pub mod kernel_listings;
 pub mod latency;
+mod metrics;
+pub use metrics::Timings;
 mod link;
 mod overlay;
 mod readdir;

@@ -59,6 +59,11 @@ impl Fs {
             let (bytes, files) = journal.pending();
             out.insert("journal_pending_bytes".into(), bytes.into());
             out.insert("journal_pending_files".into(), files.into());
+            let age = journal.oldest_pending_age().map_or(0, |a| a.as_millis());
+            out.insert(
+                "journal_oldest_pending_ms".into(),
+                u64::try_from(age).unwrap_or(u64::MAX).into(),
+            );
         }
         out
     }

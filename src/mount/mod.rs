@@ -15,15 +15,17 @@
 //! wires (no shard, store key or inode is handled here), and it never names the command line
 //! (`cli/`) or a copy (`copy/`). Its files import one another without a cycle
 //! (`tests/layout.rs`): launch → daemon → serve → reading → source → settings → logging, and
-//! unmount → stats → mountpoint.
+//! unmount → stats → mountpoint; stats_watch → stats; serve → metrics (a mount's `/metrics`, `--metrics-address`).
 
 pub mod daemon;
 pub mod launch;
 pub mod logging;
+mod metrics;
 pub mod mountpoint;
 pub mod reading;
 pub mod serve;
 pub mod settings;
 pub mod source;
 pub mod stats;
+pub mod stats_watch;
 pub mod unmount;

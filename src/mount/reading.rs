@@ -13,6 +13,7 @@ use crate::store::counting::CountingStore;
 use crate::store::disk_cache::store::DiskCachedStore;
 use crate::store::local::OwnChanges;
 use crate::store::prefetch::PrefetchStats;
+use crate::store::timed::{StoreTimings, TimedStore};
 use crate::store::transport::WireStats;
 use crate::store::Store;
 use crate::view::{View, ViewOptions};
@@ -36,6 +37,8 @@ pub struct StoreCounters {
     pub prefetch: Arc<PrefetchStats>,
     /// The disk cache, closed at unmount.
     pub disk_cache: Option<Arc<DiskCachedStore>>,
+    /// How long the source took to answer, by request kind and outcome (`--metrics-address`).
+    pub timings: Arc<StoreTimings>,
 }
 
 impl crate::fs::Counters for StoreCounters {
@@ -68,7 +71,9 @@ pub fn open(settings: &MountSettings) -> Result<Reading> {
 /// [`open`], a local store recording its own changes in `own` (for the source's watch).
 pub fn open_recording(settings: &MountSettings, own: Option<Arc<OwnChanges>>) -> Result<Reading> {
     let (backend, wire) = open_store(&settings.source, settings.writable, search_options(settings), own)?;
-    let counted = Arc::new(CountingStore::new(backend));
+    let timings = Arc::new(StoreTimings::default());
+    let timed = Arc::new(TimedStore::new(backend, timings.clone()));
+    let counted = Arc::new(CountingStore::new(timed));
     let prefetch = Arc::new(PrefetchStats::default());
     let disk_cache = match &settings.disk_cache {
         Some((dir, max_bytes)) => Some(Arc::new(DiskCachedStore::open(
@@ -94,6 +99,7 @@ pub fn open_recording(settings: &MountSettings, own: Option<Arc<OwnChanges>>) ->
             wire,
             prefetch,
             disk_cache,
+            timings,
         },
     })
 }

@@ -107,6 +107,11 @@ async fn check_and_warm_up(view: &View, store: &dyn Store, source: &SourceSpec) 
 
 /// Open the source, check it answers, build the filesystem and mount it.
 fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<Started> {
+    // Bound first: a taken port fails the mount before anything else is done.
+    let metrics = match settings.metrics_address {
+        Some(addr) => Some(crate::metrics::address::bind(addr).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
     // A watched source is trusted until it changes.
     let watch = super::source::start_watch(settings);
     let watched;
@@ -123,6 +128,7 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
     let own = watch.as_ref().and_then(SourceWatch::own);
     let super::reading::Reading { view, store, counters } = super::reading::open_recording(settings, own)?;
     let disk_cache = counters.disk_cache.clone();
+    let store_timings = counters.timings.clone();
     runtime.block_on(check_and_warm_up(&view, &*store, &settings.source))?;
     let mut fs_config = FsConfig::read_only(
         settings.uid,
@@ -167,6 +173,9 @@ fn start(settings: &MountSettings, runtime: &tokio::runtime::Runtime) -> Result<
         threads: settings.threads.unwrap_or_else(fuse_threads),
         max_inodes: settings.max_inodes,
     };
+    if let Some(listener) = metrics {
+        super::metrics::serve(listener, runtime.handle(), fs.clone(), store_timings)?;
+    }
     super::mountpoint::prepare(&settings.mountpoint, settings.stack)?;
     let mounted = session::mount(fs.clone(), runtime.handle().clone(), &settings.mountpoint, &cfg)
         .with_context(|| format!("cannot mount {}", settings.mountpoint.display()))?;

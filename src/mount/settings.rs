@@ -123,6 +123,8 @@ pub struct MountSettings {
     pub v2_compressor: crate::zarr::transcode::V2Compressor,
     /// Mount even where a mount point already is.
     pub stack: bool,
+    /// `--metrics-address`: serve Prometheus metrics here (checked against loopback already).
+    pub metrics_address: Option<std::net::SocketAddr>,
     /// What preparing the mount found worth a warning about the source (no Zarr in a local
     /// directory); said on stderr and in the log once logging runs.
     pub source_warning: Option<String>,

@@ -255,7 +255,10 @@ impl ShardedArray {
 
     /// Apply changes to one stored shard: read it, repack, replace it if unchanged meanwhile.
     pub async fn commit_shard(&self, shard_key: &str, changes: &[Change]) -> Result<(), ShardError> {
-        self.rewrite_shard(shard_key, changes, false).await
+        let start = std::time::Instant::now();
+        let result = self.rewrite_shard(shard_key, changes, false).await;
+        self.options.stats.commit_latency.record(start.elapsed());
+        result
     }
 
     /// [`commit_shard`](Self::commit_shard); with `only_new`, refused with

@@ -21,6 +21,9 @@ pub struct ShardStats {
     /// Bytes fetched ahead that a read used, and that left the cache unread.
     pub ahead_used_bytes: AtomicU64,
     pub ahead_wasted_bytes: AtomicU64,
+    /// How long each shard commit took, retries included (the Prometheus endpoint's
+    /// `zarrfs_shard_commit_duration_seconds`).
+    pub commit_latency: crate::metrics::histogram::Histogram,
 }
 
 impl ShardStats {

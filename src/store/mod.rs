@@ -31,6 +31,7 @@ pub mod prefetch;
 pub mod remote;
 pub mod single_flight;
 mod sweep;
+pub mod timed;
 pub mod transport;
 mod types;
 

@@ -20,6 +20,7 @@
 //!
 //! Every call here does blocking file I/O: callers run it off the async workers.
 
+mod age;
 pub mod record;
 mod replay;
 mod spare;
@@ -92,6 +93,8 @@ pub struct Journal {
     /// Size past which a new segment is started.
     segment_bytes: u64,
     spares: spare::Spares,
+    /// Append times and the age of the oldest pending record (`age.rs`).
+    ages: age::Ages,
     _lock: File,
 }
 
@@ -146,6 +149,7 @@ impl Journal {
             synced: Mutex::new(0),
             segment_bytes,
             spares,
+            ages: age::Ages::default(),
             _lock: lock,
         };
         Ok((journal, replay))
@@ -170,14 +174,27 @@ impl Journal {
         (state.live.bytes, state.live.records.len())
     }
 
+    /// How long the oldest record not yet committed has waited (`None`: none waits).
+    pub fn oldest_pending_age(&self) -> Option<std::time::Duration> {
+        let oldest = self.lock().live.records.keys().next().copied();
+        self.ages.oldest(oldest)
+    }
+
+    /// How long appends took, fsync included.
+    pub fn append_latency(&self) -> crate::metrics::histogram::Snapshot {
+        self.ages.append_latency.snapshot()
+    }
+
     /// Append records of `(path, kind)` in order, durably: when this returns they are on disk
     /// (fsynced). Each path's earlier live record is superseded (done). Returns the seqs.
     pub fn append(&self, entries: Vec<(String, Kind)>) -> std::io::Result<Vec<u64>> {
+        let start = std::time::Instant::now();
         let (file, mark, seqs) = {
             let mut state = self.lock();
             let mut bytes = Vec::new();
             let mut seqs = Vec::with_capacity(entries.len());
             let first = state.writer.next_seq;
+            self.ages.appended(first, start);
             for (path, kind) in entries {
                 let seq = state.writer.next_seq;
                 state.writer.next_seq += 1;
@@ -223,6 +240,7 @@ impl Journal {
             (file, mark, seqs.into_iter().map(|(seq, _, _)| seq).collect())
         };
         self.sync_to(&file, mark)?;
+        self.ages.append_latency.record(start.elapsed());
         let mut state = self.lock();
         self.drop_done(&mut state)?;
         Ok(seqs)
