@@ -133,7 +133,9 @@ fn histogram(
 impl Scrape {
     fn counters_and_gauges(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
         for (key, value) in &self.stats {
-            if key.starts_with("latency_") {
+            // The p50/p99 keys are left to the histograms; the journal's age is a gauge in
+            // seconds, below (a counter may never go down).
+            if key.starts_with("latency_") || key == "journal_oldest_pending_ms" {
                 continue;
             }
             let Some(value) = value.as_u64().or(value.as_bool().map(u64::from)) else {
@@ -271,5 +273,9 @@ mod tests {
             "the p50/p99 keys are left to the histograms"
         );
         assert!(!text.contains("journal_append"), "no journal, no histogram");
+        assert!(
+            !text.contains("journal_oldest_pending_ms"),
+            "the age is a gauge in seconds, never a counter:\n{text}"
+        );
     }
 }
