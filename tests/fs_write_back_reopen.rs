@@ -166,3 +166,37 @@ async fn a_late_release_does_not_make_a_file_being_rewritten_pending() {
     fs.write_back(false).await.unwrap();
     assert_eq!(stored(&mem).await, b"v6v6");
 }
+
+/// No counters of the layers below the view: the stats hold the filesystem's own.
+#[derive(Debug)]
+struct NoCounters;
+
+impl zarrfs::fs::Counters for NoCounters {
+    fn snapshot(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
+}
+
+fn oldest_pending_ms(fs: &Fs) -> Option<u64> {
+    let stats: serde_json::Value = serde_json::from_slice(&fs.stats_json().unwrap()).unwrap();
+    stats.get("write_back_oldest_pending_ms").map(|v| v.as_u64().unwrap())
+}
+
+#[tokio::test]
+async fn the_stats_say_how_long_the_oldest_closed_file_has_waited_for_write_back() {
+    // What `zarrfs_write_back_oldest_pending_seconds` serves: without a journal, the only
+    // age of writes a mount holds.
+    let (_built, mem) = setup();
+    let fs = write_back_fs(mem.clone(), Duration::from_secs(3600)).with_counters(Arc::new(NoCounters));
+    assert_eq!(oldest_pending_ms(&fs), Some(0), "nothing pending");
+    fs_write_file(&fs, "c/0/0", b"v1v1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    fs_write_file(&fs, "c/1/1", b"side").await.unwrap();
+    let age = oldest_pending_ms(&fs).unwrap();
+    assert!((120..60_000).contains(&age), "the first file's age: {age} ms");
+    fs.write_back(true).await.unwrap();
+    assert_eq!(oldest_pending_ms(&fs), Some(0), "committed");
+    assert_eq!(stored(&mem).await, b"v1v1");
+    let plain = writable_fs(mem);
+    assert!(plain.stats_json().is_err() || oldest_pending_ms(&plain).is_none());
+}

@@ -38,10 +38,11 @@ impl Fs {
     /// staged, pending), the memory their content takes, and how many of them spilled to disk.
     fn holdings(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut out = serde_json::Map::new();
+        let held = self.inodes.files();
         for (name, value) in [
             ("open_files", self.files.len()),
             ("open_dirs", self.dirs.len()),
-            ("held_files", self.inodes.files().len()),
+            ("held_files", held.len()),
             ("write_buffer_bytes", self.budget.used()),
             ("spilled_files", self.budget.spilled()),
             (
@@ -62,6 +63,15 @@ impl Fs {
             let age = journal.oldest_pending_age().map_or(0, |a| a.as_millis());
             out.insert(
                 "journal_oldest_pending_ms".into(),
+                u64::try_from(age).unwrap_or(u64::MAX).into(),
+            );
+        }
+        if self.writeback.is_some() {
+            // Closed chunk files waiting for write-back (`writeback.rs`), journaled or not.
+            let oldest = held.iter().filter_map(|(_, _, _, pending)| *pending).min();
+            let age = oldest.map_or(0, |since| since.elapsed().as_millis());
+            out.insert(
+                "write_back_oldest_pending_ms".into(),
                 u64::try_from(age).unwrap_or(u64::MAX).into(),
             );
         }

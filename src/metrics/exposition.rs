@@ -50,6 +50,21 @@ pub const GAUGES: [(&str, &str); 14] = [
     ("source_watched", "1 if the local source is watched for changes"),
 ];
 
+/// Keys of ages in milliseconds, served as gauges in seconds: the name (before its unit) and
+/// what it means. Present only where the mount has a journal, or write-back.
+const AGES: [(&str, &str, &str); 2] = [
+    (
+        "journal_oldest_pending_ms",
+        "zarrfs_journal_oldest_pending",
+        "How long the oldest write not yet committed to the store has waited in the journal (0: none)",
+    ),
+    (
+        "write_back_oldest_pending_ms",
+        "zarrfs_write_back_oldest_pending",
+        "How long the oldest closed file waiting for write-back has waited (0: none)",
+    ),
+];
+
 /// The store request counters, named as requests (the other keys keep their own names).
 const RENAMED: [(&str, &str, &str); 8] = [
     (
@@ -133,9 +148,9 @@ fn histogram(
 impl Scrape {
     fn counters_and_gauges(&self, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
         for (key, value) in &self.stats {
-            // The p50/p99 keys are left to the histograms; the journal's age is a gauge in
-            // seconds, below (a counter may never go down).
-            if key.starts_with("latency_") || key == "journal_oldest_pending_ms" {
+            // The p50/p99 keys are left to the histograms; the ages are gauges in seconds,
+            // below (a counter may never go down).
+            if key.starts_with("latency_") || AGES.iter().any(|(k, _, _)| k == key) {
                 continue;
             }
             let Some(value) = value.as_u64().or(value.as_bool().map(u64::from)) else {
@@ -156,15 +171,12 @@ impl Scrape {
             let counter = ConstCounter::new(value);
             counter.encode(encoder.encode_descriptor(name, &help, unit.as_ref(), counter.metric_type())?)?;
         }
-        if let Some(ms) = self.stats.get("journal_oldest_pending_ms").and_then(Value::as_u64) {
+        for (key, name, help) in AGES {
+            let Some(ms) = self.stats.get(key).and_then(Value::as_u64) else {
+                continue;
+            };
             let gauge = ConstGauge::new(ms as f64 / 1000.0);
-            let help = "How long the oldest write not yet committed to the store has waited in the journal (0: none)";
-            let descriptor = encoder.encode_descriptor(
-                "zarrfs_journal_oldest_pending",
-                help,
-                Some(&Unit::Seconds),
-                gauge.metric_type(),
-            )?;
+            let descriptor = encoder.encode_descriptor(name, help, Some(&Unit::Seconds), gauge.metric_type())?;
             gauge.encode(descriptor)?;
         }
         Ok(())
@@ -233,7 +245,8 @@ mod tests {
     fn counters_gauges_and_histograms() {
         let stats: Map<String, Value> = serde_json::from_str(
             r#"{"get": 7, "get_bytes": 4096, "shard_commits": 2, "open_files": 3, "daemon_rss_bytes": 1048576,
-                "latency_read_count": 5, "source_watched": true, "journal_oldest_pending_ms": 2500}"#,
+                "latency_read_count": 5, "source_watched": true, "journal_oldest_pending_ms": 2500,
+                "write_back_oldest_pending_ms": 750}"#,
         )
         .unwrap();
         let read = Histogram::default();
@@ -256,6 +269,8 @@ mod tests {
             "zarrfs_daemon_rss_bytes 1048576",
             "zarrfs_source_watched 1",
             "zarrfs_journal_oldest_pending_seconds 2.5",
+            "# TYPE zarrfs_write_back_oldest_pending_seconds gauge",
+            "zarrfs_write_back_oldest_pending_seconds 0.75",
             "# TYPE zarrfs_fuse_request_duration_seconds histogram",
             "zarrfs_fuse_request_duration_seconds_bucket{operation=\"read\",le=\"0.000256\"} 1",
             "zarrfs_fuse_request_duration_seconds_bucket{operation=\"read\",le=\"0.004096\"} 2",
@@ -274,8 +289,8 @@ mod tests {
         );
         assert!(!text.contains("journal_append"), "no journal, no histogram");
         assert!(
-            !text.contains("journal_oldest_pending_ms"),
-            "the age is a gauge in seconds, never a counter:\n{text}"
+            !text.contains("pending_ms"),
+            "the ages are gauges in seconds, never counters:\n{text}"
         );
     }
 }

@@ -152,6 +152,9 @@ def test_writes_time_journal_appends_and_commits(mounter, tree, tmp_path):
     first = samples()
     assert first[("zarrfs_journal_append_duration_seconds_count", ())] >= len(chunks)
     assert ("zarrfs_journal_oldest_pending_seconds", ()) in first
+    # A journal writes back after its delay: the write-back age is served too, never a counter.
+    assert ("zarrfs_write_back_oldest_pending_seconds", ()) in first
+    assert not any(name.endswith("pending_ms_total") for name, _ in first), sorted(first)
     deadline = time.monotonic() + 30
     while True:
         now = samples()
@@ -161,6 +164,7 @@ def test_writes_time_journal_appends_and_commits(mounter, tree, tmp_path):
         time.sleep(0.2)
     assert now[("zarrfs_shard_commit_duration_seconds_count", ())] == now[("zarrfs_shard_commits_total", ())]
     assert now[("zarrfs_journal_oldest_pending_seconds", ())] == 0
+    assert now[("zarrfs_write_back_oldest_pending_seconds", ())] == 0
     assert now[("zarrfs_journal_pending_bytes", ())] == 0
     puts = sum(v for (name, labels), v in now.items()
                if name == "zarrfs_store_request_duration_seconds_count" and ("kind", "put") in labels)
