@@ -150,6 +150,8 @@ def mount(
     threads: Optional[int] = None,
     log_file: Optional[PathLike] = None,
     log_format: Optional[str] = None,
+    metrics_address: Union[int, str, None] = None,
+    metrics_allow_remote: Optional[bool] = None,
     mount_options: Union[Mapping[str, Optional[str]], Sequence[str], None] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> Mount:
@@ -165,7 +167,9 @@ def mount(
     Every keyword argument but ``env`` is the ``zarrfs mount`` option of the same name
     (``cache_size`` is ``--cache-size``; docs/configuration.md says what each does): flags take
     ``True``; sizes an int of bytes or a string like ``"512M"``; ``metadata_ttl`` seconds or
-    ``"indefinite"``; ``mount_options`` the ``-o`` options as a mapping or list. ``None``
+    ``"indefinite"``; ``metrics_address`` a port (on 127.0.0.1) or ``"HOST:PORT"`` for the
+    Prometheus endpoint (docs/metrics.md); ``mount_options`` the ``-o`` options as a mapping or
+    list. ``None``
     leaves an option at its default. ``env`` adds environment variables for the daemon
     (credentials, ``AWS_ENDPOINT_URL``); it inherits this process's environment.
 

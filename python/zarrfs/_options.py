@@ -62,6 +62,8 @@ MOUNT_OPTIONS: Tuple[Option, ...] = (
     Option("threads", "--threads", "int"),
     Option("log_file", "--log-file", "path"),
     Option("log_format", "--log-format", "choice", ("text", "json")),
+    Option("metrics_address", "--metrics-address", "address"),
+    Option("metrics_allow_remote", "--metrics-allow-remote", "flag"),
     Option("mount_options", "-o", "pairs"),
 )
 
@@ -121,6 +123,11 @@ def _value(option: Option, value: Any) -> List[str]:
         if not isinstance(value, (str, os.PathLike)) or (kind == "str" and not isinstance(value, str)):
             raise TypeError(f"{option.keyword}: expected a {kind}, got {value!r}")
         return [option.flag, os.fspath(value)]
+    if kind == "address":
+        # A port (int or str: 127.0.0.1) or "HOST:PORT".
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise TypeError(f"{option.keyword}: expected a port or 'HOST:PORT', got {value!r}")
+        return [option.flag, str(value)]
     if kind == "choice":
         if value not in option.choices:
             raise ValueError(f"{option.keyword}: one of {', '.join(option.choices)}, not {value!r}")
