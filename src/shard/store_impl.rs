@@ -65,6 +65,7 @@ impl Store for ShardedArray {
             listable: true,
             conditional_writes: false,
             directories: false,
+            suffix_reads: true,
         }
     }
 

@@ -75,6 +75,7 @@ impl Store for MemoryStore {
             listable: true,
             conditional_writes: true,
             directories: false,
+            suffix_reads: true,
         }
     }
 

@@ -150,4 +150,7 @@ pub struct Capabilities {
     /// The store keeps directories of its own (a local filesystem): an empty one exists until
     /// removed. Elsewhere a directory is a prefix of stored keys, gone with its last key.
     pub directories: bool,
+    /// A read of a value's last bytes ([`ByteRange::Suffix`]) is one request. Azure's is two
+    /// (it needs the size first), so a reader that could do with the whole value reads it.
+    pub suffix_reads: bool,
 }

@@ -6,20 +6,24 @@
 //! every path below the root is placed through the root's kind, and opening one array of a
 //! hierarchy of ten thousand would otherwise wait for the whole root document to be parsed,
 //! rewritten and serialized (most of a second), though the client never reads it. Finding the
-//! kind of such a document only scans it for its `node_type` (no tree is built). A small
-//! document is rewritten at once, and shown as stored when nothing in it needs rewriting.
+//! kind of such a document only scans it for its `node_type` (no tree is built), and where a
+//! read of a value's end is one request, only its last [`BIG_DOCUMENT`] bytes are read for it:
+//! the rest is fetched, pinned to the version the end came from, when the document is read. A
+//! small document is rewritten at once, and shown as stored when nothing in it needs
+//! rewriting.
 
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use serde::Deserialize;
 
+use crate::store::{GetOptions, GetResult, Store, StoreError, Version};
 use crate::zarr::consolidated::rewrite_group;
 use crate::zarr::metadata::{parse_zarr_json, NodeMetadata};
 
 /// A group document from this size on (its consolidated metadata describes thousands of
 /// nodes) is rewritten when first read, and leaves a parsed tree of about five times its size
-/// freed behind it.
+/// freed behind it. Also how much of a document's end is read first (see the module docs).
 pub const BIG_DOCUMENT: usize = 1 << 20;
 
 /// The longest string member name or value the tail of a document is read back through.
@@ -30,11 +34,15 @@ const MAX_STRING: usize = 64;
 #[derive(Debug)]
 pub struct GroupNode {
     doc: Mutex<Doc>,
+    /// Held while a big document's bytes are fetched, so that they are fetched once.
+    fetching: tokio::sync::Mutex<()>,
     pub mtime_ns: Option<i128>,
 }
 
 #[derive(Debug)]
 enum Doc {
+    /// Only the end of a big document was read: the rest is fetched when it is asked for.
+    End(Unread),
     /// The stored document, with the paths (relative to the group) of the arrays shown as
     /// stored when it was found.
     Stored { bytes: Bytes, as_stored: Vec<String> },
@@ -42,10 +50,71 @@ enum Doc {
     Shown(Bytes),
 }
 
+/// Where a big document whose end alone was read is, and which version of it that end was.
+#[derive(Debug, Clone)]
+struct Unread {
+    store: Arc<dyn Store>,
+    key: String,
+    version: Version,
+    as_stored: Vec<String>,
+}
+
+impl Unread {
+    /// The whole document, of the version its end was read from; `None` if it is gone.
+    async fn fetch(&self) -> Result<Option<Bytes>, StoreError> {
+        let pinned = GetOptions {
+            range: None,
+            if_version: Some(self.version.clone()),
+        };
+        match self.store.get(&self.key, pinned).await {
+            Ok(got) => Ok(got.map(|got| got.bytes)),
+            // Replaced since: the document stored now is the one shown, as when a kind is read
+            // again after its time-to-live.
+            Err(StoreError::VersionMismatch { .. }) => {
+                let got = self.store.get(&self.key, GetOptions::default()).await?;
+                Ok(got.map(|got| got.bytes))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 impl GroupNode {
-    /// The view's `zarr.json` of the group.
-    pub fn rewritten(&self) -> Bytes {
-        let mut doc = self.doc.lock().unwrap_or_else(|e| e.into_inner());
+    fn new(doc: Doc, mtime_ns: Option<i128>) -> Arc<GroupNode> {
+        Arc::new(GroupNode {
+            doc: Mutex::new(doc),
+            fetching: tokio::sync::Mutex::new(()),
+            mtime_ns,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Doc> {
+        self.doc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The view's `zarr.json` of the group; `None` when a big document whose end alone was
+    /// read is gone from the store since.
+    pub async fn rewritten(&self) -> Result<Option<Bytes>, StoreError> {
+        let _fetching = self.fetching.lock().await;
+        let unread = match &*self.lock() {
+            Doc::End(unread) => Some(unread.clone()),
+            _ => None,
+        };
+        if let Some(unread) = unread {
+            let Some(bytes) = unread.fetch().await? else {
+                return Ok(None);
+            };
+            *self.lock() = Doc::Stored {
+                bytes,
+                as_stored: unread.as_stored,
+            };
+        }
+        Ok(Some(self.shown()))
+    }
+
+    /// The view's `zarr.json` of a group whose stored document is held.
+    fn shown(&self) -> Bytes {
+        let mut doc = self.lock();
         if let Doc::Stored { bytes, as_stored } = &*doc {
             let shown = match parse_zarr_json(bytes) {
                 Ok(NodeMetadata::Group { mut raw }) => {
@@ -61,6 +130,7 @@ impl GroupNode {
         }
         match &*doc {
             Doc::Shown(bytes) | Doc::Stored { bytes, .. } => bytes.clone(),
+            Doc::End(_) => Bytes::new(),
         }
     }
 }
@@ -90,13 +160,32 @@ pub fn big_group(bytes: &Bytes, mtime_ns: Option<i128>, as_stored: Vec<String>) 
         }
     };
     is_group.then(|| {
-        Arc::new(GroupNode {
-            doc: Mutex::new(Doc::Stored {
+        GroupNode::new(
+            Doc::Stored {
                 bytes: bytes.clone(),
                 as_stored,
-            }),
+            },
             mtime_ns,
-        })
+        )
+    })
+}
+
+/// A group from the last bytes of a document bigger than them (`got`, read from `key` of
+/// `store`), when they say so (see [`tail_kind`]); the rest is read when the document is.
+pub fn big_group_from_end(
+    got: &GetResult,
+    store: Arc<dyn Store>,
+    key: &str,
+    as_stored: Vec<String>,
+) -> Option<Arc<GroupNode>> {
+    (tail_kind(&got.bytes)? == "group").then(|| {
+        let unread = Unread {
+            store,
+            key: key.to_string(),
+            version: got.meta.version.clone(),
+            as_stored,
+        };
+        GroupNode::new(Doc::End(unread), got.meta.mtime_ns)
     })
 }
 
@@ -194,12 +283,10 @@ pub fn group(mut raw: serde_json::Value, mtime_ns: Option<i128>, as_stored: &dyn
     if !rewrite_group(&mut raw, as_stored) {
         return Found::Plain;
     }
-    Found::Group(Arc::new(GroupNode {
-        doc: Mutex::new(Doc::Shown(Bytes::from(
-            serde_json::to_vec_pretty(&raw).unwrap_or_default(),
-        ))),
+    Found::Group(GroupNode::new(
+        Doc::Shown(Bytes::from(serde_json::to_vec_pretty(&raw).unwrap_or_default())),
         mtime_ns,
-    }))
+    ))
 }
 
 #[cfg(test)]
@@ -235,7 +322,7 @@ mod tests {
             matches!(&*lazy.doc.lock().unwrap(), Doc::Stored { .. }),
             "not rewritten yet"
         );
-        let shown: serde_json::Value = serde_json::from_slice(&lazy.rewritten()).unwrap();
+        let shown: serde_json::Value = serde_json::from_slice(&lazy.shown()).unwrap();
         let entries = &shown["consolidated_metadata"]["metadata"];
         assert_eq!(entries["a0"]["chunk_grid"]["configuration"]["chunk_shape"], json!([4]));
         assert_eq!(
@@ -248,7 +335,7 @@ mod tests {
         let Found::Group(eager) = group(raw, None, &|p| p == "a7") else {
             panic!("rewritten")
         };
-        assert_eq!(eager.rewritten(), lazy.rewritten());
+        assert_eq!(eager.shown(), lazy.shown());
 
         assert!(big_group(&doc(3), None, vec![]).is_none(), "small: found the usual way");
         let array = Bytes::from(serde_json::to_vec(&sharded_entry()).unwrap()).slice(..);
@@ -302,7 +389,7 @@ mod tests {
         doc.resize(BIG_DOCUMENT + 10, b'[');
         doc.extend_from_slice(br#"], "node_type": "group"}"#);
         let node = big_group(&Bytes::from(doc.clone()), None, vec![]).expect("a group");
-        assert_eq!(node.rewritten(), doc, "what cannot be parsed is shown as stored");
+        assert_eq!(node.shown(), doc, "what cannot be parsed is shown as stored");
         // A big document that does not say its kind at its end is scanned whole.
         let mut doc = br#"{"node_type": "group", "attributes": {"pad": ""#.to_vec();
         doc.resize(BIG_DOCUMENT + 10, b'x');
@@ -320,6 +407,6 @@ mod tests {
         .unwrap();
         plain.push(b'\n');
         let plain = Bytes::from(plain);
-        assert_eq!(big_group(&plain, None, vec![]).unwrap().rewritten(), plain);
+        assert_eq!(big_group(&plain, None, vec![]).unwrap().shown(), plain);
     }
 }

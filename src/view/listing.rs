@@ -183,9 +183,18 @@ impl View {
             Place::Stored { group } => {
                 let mut entries = self.list_stored(dir).await?;
                 self.show_draft_array_docs(dir, &mut entries).await?;
-                if let Some(group) = group {
-                    for (_, node) in entries.iter_mut().filter(|(name, _)| name == METADATA) {
-                        *node = Self::group_node(dir, &group);
+                if let Some(group) = group.filter(|_| entries.iter().any(|(name, _)| name == METADATA)) {
+                    match group.rewritten().await? {
+                        Some(shown) => {
+                            for (_, node) in entries.iter_mut().filter(|(name, _)| name == METADATA) {
+                                *node = Self::group_node(dir, shown.clone(), group.mtime_ns);
+                            }
+                        }
+                        // A big document, gone since its end was read.
+                        None => {
+                            entries.retain(|(name, _)| name != METADATA);
+                            self.nodes.forget(dir);
+                        }
                     }
                 }
                 return Ok(entries);

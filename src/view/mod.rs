@@ -41,7 +41,7 @@ pub use copy_units::{CopyListing, ShardUnit};
 pub use listing::{listing_order, Listing, PagePosition, Pages};
 pub use locate::Located;
 use locate::{At, Place};
-use nodes::{GroupNode, NodeCache, ShardedNode};
+use nodes::{NodeCache, ShardedNode};
 pub use open_file::{OpenFile, SnapshotBudget, SNAPSHOT_LIMIT};
 pub use target::{Batch, Target};
 use types::Source;
@@ -153,7 +153,17 @@ impl View {
         let path = at.path();
         match &at.at {
             At::Root => Ok(Some(Node::dir())),
-            At::NodeDoc { group: Some(group) } => Ok(Some(Self::group_node(split_parent(path).0, group))),
+            At::NodeDoc { group: Some(group) } => {
+                let dir = split_parent(path).0;
+                match group.rewritten().await? {
+                    Some(bytes) => Ok(Some(Self::group_node(dir, bytes, group.mtime_ns))),
+                    // A big document, gone since its end was read.
+                    None => {
+                        self.nodes.forget(dir);
+                        Ok(None)
+                    }
+                }
+            }
             At::NodeDoc { group: None } | At::Stored { .. } => self.lookup_stored(path).await,
             At::ArrayDoc(node) => Ok(Some(Self::array_doc_node(node))),
             At::Chunk { node, coords } => Ok(node.array.locate(coords).await?.map(|loc| Node {
@@ -184,10 +194,10 @@ impl View {
         Ok(at.dest())
     }
 
-    /// The node of the rewritten group document of directory `dir`.
-    fn group_node(dir: &str, group: &GroupNode) -> Node {
+    /// The node of the rewritten group document (`shown`) of directory `dir`.
+    fn group_node(dir: &str, shown: Bytes, mtime_ns: Option<i128>) -> Node {
         let key = format!("{}{METADATA}", dir_prefix(dir));
-        Node::rewritten(group.rewritten(), dir, &key, group.mtime_ns)
+        Node::rewritten(shown, dir, &key, mtime_ns)
     }
 
     /// The node of a sharded array's rewritten metadata document.

@@ -25,12 +25,12 @@ use bytes::Bytes;
 use lru::LruCache;
 
 pub use super::group_doc::GroupNode;
-use super::group_doc::{big_group, group, Found, BIG_DOCUMENT};
+use super::group_doc::{big_group, big_group_from_end, group, Found, BIG_DOCUMENT};
 use crate::shard::{IndexCache, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::prefetch::{first_use, PrefetchStats};
 use crate::store::single_flight::Flights;
-use crate::store::{GetOptions, GetResult, Store, StoreError, Version};
+use crate::store::{ByteRange, GetOptions, GetResult, Store, StoreError, Version};
 use crate::zarr::draft::{parse_draft_array, rewrite_draft_unsharded, DraftLayout};
 use crate::zarr::metadata::{parse_zarr_json, ArrayMetadata, NodeMetadata};
 use crate::zarr::sharding::{analyse, rewrite_unsharded, ShardLayout, Sharding};
@@ -68,6 +68,12 @@ pub enum NodeInfo {
     /// An array shown as stored; nothing below it is a node.
     Array,
     Sharded(Arc<ShardedNode>),
+}
+
+/// A directory's metadata document as read: whole, or a big group's end alone.
+enum Fetched {
+    Whole(GetResult),
+    BigGroup(Arc<GroupNode>, Version),
 }
 
 #[derive(Debug)]
@@ -252,20 +258,56 @@ impl NodeCache {
             }
         }
         for key in keys {
-            self.stats.document_sent();
-            if let Some(got) = self.store.get(key, GetOptions::default()).await? {
-                let version = Some(got.meta.version.clone());
-                let info = match draft {
-                    Some(layout) => self.load_draft(dir, key, &got, layout),
-                    None => self.load(dir, key, &got),
-                };
-                self.remember(dir, info.clone(), key.clone(), version.clone(), started);
-                return Ok(info);
-            }
+            let got = match draft {
+                Some(_) => self.document(key).await?.map(Fetched::Whole),
+                None => self.document_or_group(dir, key).await?,
+            };
+            let Some(got) = got else { continue };
+            let (info, version) = match got {
+                Fetched::BigGroup(node, version) => (NodeInfo::Group(node), version),
+                Fetched::Whole(got) => {
+                    let info = match draft {
+                        Some(layout) => self.load_draft(dir, key, &got, layout),
+                        None => self.load(dir, key, &got),
+                    };
+                    (info, got.meta.version)
+                }
+            };
+            self.remember(dir, info.clone(), key.clone(), Some(version), started);
+            return Ok(info);
         }
         let first = keys.first().cloned().unwrap_or_default();
         self.remember(dir, NodeInfo::Plain, first, None, started);
         Ok(NodeInfo::Plain)
+    }
+
+    /// A metadata document, whole.
+    async fn document(&self, key: &str) -> Result<Option<GetResult>, StoreError> {
+        self.stats.document_sent();
+        self.store.get(key, GetOptions::default()).await
+    }
+
+    /// The document of `dir`, or the group a big one is from its end alone (see
+    /// `group_doc.rs`): its last [`BIG_DOCUMENT`] bytes are read first where that is one
+    /// request, which is all of any smaller document.
+    async fn document_or_group(&self, dir: &str, key: &str) -> Result<Option<Fetched>, StoreError> {
+        if !self.store.capabilities().suffix_reads {
+            return Ok(self.document(key).await?.map(Fetched::Whole));
+        }
+        self.stats.document_sent();
+        let end = GetOptions::range(ByteRange::Suffix(BIG_DOCUMENT as u64));
+        let Some(got) = self.store.get(key, end).await? else {
+            return Ok(None);
+        };
+        if got.offset == 0 {
+            return Ok(Some(Fetched::Whole(got)));
+        }
+        let as_stored = self.shown_as_stored_below(dir);
+        if let Some(node) = big_group_from_end(&got, self.store.clone(), key, as_stored) {
+            return Ok(Some(Fetched::BigGroup(node, got.meta.version)));
+        }
+        // Its end does not say it is a group: read whole.
+        Ok(self.document(key).await?.map(Fetched::Whole))
     }
 
     fn cached_key(&self, dir: &str) -> Option<String> {

@@ -204,6 +204,7 @@ impl Store for LocalStore {
             listable: true,
             conditional_writes: true,
             directories: true,
+            suffix_reads: true,
         }
     }
 

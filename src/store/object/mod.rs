@@ -165,6 +165,9 @@ impl Store for ObjectBackend {
             // If-Match / generation / create-only: every writable backend (HTTP is read-only).
             conditional_writes: self.writable,
             directories: false,
+            // A server found to ignore ranges sends the whole value for any of them.
+            suffix_reads: self.flavor != Flavor::Azure
+                && !self.ignores_ranges.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
