@@ -29,6 +29,9 @@ use crate::fs::Fs;
 /// The default of `--max-inodes`.
 pub const DEFAULT_MAX_INODES: usize = 1 << 20;
 
+/// Threads that send one pass's invalidations.
+const INVALIDATORS: usize = 4;
+
 /// How often the table's size is looked at.
 const PERIOD: Duration = Duration::from_millis(250);
 
@@ -74,12 +77,23 @@ fn prune(fs: &Fs, notifier: &Notifier, max: usize) {
     }
     let want = held - max / 8 * 7;
     let names = fs.inodes_to_forget(want);
-    let mut refused = 0;
-    for (dir, name) in &names {
-        if notifier.inval_entry(INodeNo(*dir), OsStr::new(name)).is_err() {
-            refused += 1;
-        }
-    }
+    // Several at once: each invalidation waits for its directory's lock, which a walk's
+    // lookups in that directory take in turn, so one at a time they go no faster than the walk.
+    let per_thread = names.len().div_ceil(INVALIDATORS).max(1);
+    let refused: usize = std::thread::scope(|scope| {
+        let sent: Vec<_> = names
+            .chunks(per_thread)
+            .map(|part| {
+                let notifier = notifier.clone();
+                scope.spawn(move || {
+                    part.iter()
+                        .filter(|(dir, name)| notifier.inval_entry(INodeNo(*dir), OsStr::new(name)).is_err())
+                        .count()
+                })
+            })
+            .collect();
+        sent.into_iter().map(|t| t.join().unwrap_or(0)).sum()
+    });
     tracing::debug!(
         held,
         max,
