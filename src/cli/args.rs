@@ -278,7 +278,7 @@ pub struct MountArgs {
     pub prefetch_size: Option<u64>,
     /// The most inodes the daemon keeps for files and directories the kernel has seen (about 70
     /// to 79 bytes each); beyond it the kernel is asked to forget the directories walked
-    /// longest ago (default 1048576, and never more than fit in 48 MiB and the part of
+    /// longest ago (default 1048576, and never more than fit in 36 MiB and the part of
     /// --cache-size that shard indexes do not take). A walk of more files than this (du, ls -l,
     /// rsync of millions of chunk files) then keeps memory bounded, and a walk again looks them
     /// up anew. At least 1024.

@@ -8,7 +8,7 @@ use super::inodes::Place;
 use super::{Attr, Fs, FsError, FsResult, Node};
 
 /// Memory for the inode table beyond `--cache-size` (see [`Fs::inodes_fitting`]).
-pub const INODE_MEMORY: usize = 48 << 20;
+pub const INODE_MEMORY: usize = 36 << 20;
 
 impl Fs {
     /// The inode and attributes a name is handed to the kernel with (one lookup counted). A
@@ -44,10 +44,13 @@ impl Fs {
 
     /// Inodes whose memory fits beside the caches (see `fuse/pruning.rs`): the memory the
     /// daemon takes beyond `--cache-size` is [`INODE_MEMORY`] for the inode table and the
-    /// listings of open directories, and 16 MiB for all else; while the cache of shard indexes
-    /// is not full the table may use what it has not taken yet (a walk of a million files
-    /// fills a quarter of the default cache). What open listings keep (a walk's window of a
-    /// directory of millions of chunk files: some ten MiB) is the table's to do without.
+    /// listings of open directories, and 28 MiB for all else (measured through a walk of ten
+    /// million files: 16–19 MiB for the binary, its threads and the allocator's slack, and up
+    /// to a tenth more inodes than fit, held while the kernel is still forgetting the names it
+    /// was asked to); while the cache of shard indexes is not full the table may use what it
+    /// has not taken yet (a walk of a million files fills a quarter of the default cache, and
+    /// keeps every inode). What open listings keep (a walk's window of a directory of millions
+    /// of chunk files: some ten MiB) is the table's to do without.
     pub fn inodes_fitting(&self) -> usize {
         (self.view.cache_room() + INODE_MEMORY).saturating_sub(self.listed.bytes())
             / super::inodes::InodeTable::MAX_BYTES_PER_INODE

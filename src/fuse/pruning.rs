@@ -6,7 +6,7 @@
 //! once); the kernel drops those dentries, and their inodes' FORGETs empty the table.
 //!
 //! The limit is also what fits in memory: the daemon keeps to `--cache-size` and 64 MiB more,
-//! so the table holds no more inodes than fit in 48 MiB and the part of the cache of shard
+//! so the table holds no more inodes than fit in 36 MiB and the part of the cache of shard
 //! indexes not yet taken (`Fs::inodes_fitting`). A walk of a million files leaves most of the
 //! default cache free and keeps every inode (walking it again asks nothing); a walk of ten
 //! million fills the cache, and keeps some 600,000 inodes.
