@@ -115,19 +115,25 @@ async fn a_big_root_replaced_or_removed_after_its_end_was_read_shows_what_is_sto
     assert_eq!(err.errno(), libc::ENOENT, "{err:?}");
 }
 
-/// A store whose reads of a value's end cost two requests (Azure's).
+/// A store whose reads of a value's end cost two requests (Azure's), or, with `.1`, that
+/// refuses them.
 #[derive(Debug)]
-struct NoSuffix(Arc<dyn Store>);
+struct NoSuffix(Arc<dyn Store>, bool);
 
 #[async_trait]
 impl Store for NoSuffix {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            suffix_reads: false,
+            suffix_reads: self.1,
             ..self.0.capabilities()
         }
     }
     async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        if self.1 && matches!(opts.range, Some(ByteRange::Suffix(_))) {
+            // As S3 does for an empty object, through `object_store`.
+            let refused = std::io::Error::other("Received non-partial response when range requested");
+            return Err(zarrfs::store::StoreError::io(key, refused));
+        }
         self.0.get(key, opts).await
     }
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
@@ -150,7 +156,7 @@ impl Store for NoSuffix {
 #[tokio::test]
 async fn where_an_end_costs_two_requests_documents_are_read_whole_in_one() {
     let (mem, a, _) = hierarchy();
-    let rec = Arc::new(RecordingStore::new(Arc::new(NoSuffix(mem))));
+    let rec = Arc::new(RecordingStore::new(Arc::new(NoSuffix(mem, false))));
     let fs = fs_over(rec.clone());
     assert_eq!(
         parse(&fs_read_path(&fs, "a/zarr.json").await.unwrap()),
@@ -163,7 +169,7 @@ async fn where_an_end_costs_two_requests_documents_are_read_whole_in_one() {
 }
 
 #[tokio::test]
-async fn small_documents_and_big_ones_that_do_not_end_with_their_kind_are_read_in_one_request_each() {
+async fn documents_below_the_root_and_a_big_root_that_does_not_end_with_its_kind_are_read_whole() {
     let (mem, a, root) = hierarchy();
     // Keys sorted the other way: `zarr_format` then `node_type` at the start; a big attribute
     // last, so the end says nothing of the kind.
@@ -181,10 +187,24 @@ async fn small_documents_and_big_ones_that_do_not_end_with_their_kind_are_read_i
         [(Some(ByteRange::Suffix(MIB as u64)), false), (None, false)],
         "its end, then all of it"
     );
-    // The array's own small document: one read, its end being all of it.
+    // Below the root, documents are read whole, in one request.
+    assert_eq!(reads_of(&ops, "a/zarr.json"), [(None, false)]);
+    let root = parse(&fs_read_path(&fs, "zarr.json").await.unwrap());
+    assert_eq!(root["consolidated_metadata"]["metadata"]["a"], a.rewritten_json());
+}
+
+#[tokio::test]
+async fn a_refused_read_of_the_roots_end_is_read_whole() {
+    let (mem, a, _) = hierarchy();
+    let rec = Arc::new(RecordingStore::new(Arc::new(NoSuffix(mem, true))));
+    let fs = fs_over(rec.clone());
     assert_eq!(
-        reads_of(&ops, "a/zarr.json"),
-        [(Some(ByteRange::Suffix(MIB as u64)), false)]
+        parse(&fs_read_path(&fs, "a/zarr.json").await.unwrap()),
+        a.rewritten_json()
+    );
+    assert_eq!(
+        reads_of(&rec.take(), "zarr.json"),
+        [(Some(ByteRange::Suffix(MIB as u64)), false), (None, false)]
     );
     let root = parse(&fs_read_path(&fs, "zarr.json").await.unwrap());
     assert_eq!(root["consolidated_metadata"]["metadata"]["a"], a.rewritten_json());

@@ -288,15 +288,30 @@ impl NodeCache {
     }
 
     /// The document of `dir`, or the group a big one is from its end alone (see
-    /// `group_doc.rs`): its last [`BIG_DOCUMENT`] bytes are read first where that is one
-    /// request, which is all of any smaller document.
+    /// `group_doc.rs`). For the root's (where consolidated metadata of a whole hierarchy is),
+    /// its last [`BIG_DOCUMENT`] bytes are read first where that is one request, which is all
+    /// of any smaller document. Other documents are read whole: a ranged read of an empty
+    /// object is refused by some services (S3 answers it whole, which `object_store` takes for
+    /// an error) and taken by others for a server that ignores ranges, and a client writes
+    /// empty and odd `zarr.json` files anywhere; a refused read of the root's end is read again
+    /// whole.
     async fn document_or_group(&self, dir: &str, key: &str) -> Result<Option<Fetched>, StoreError> {
-        if !self.store.capabilities().suffix_reads {
+        if !dir.is_empty() || !self.store.capabilities().suffix_reads {
             return Ok(self.document(key).await?.map(Fetched::Whole));
         }
         self.stats.document_sent();
         let end = GetOptions::range(ByteRange::Suffix(BIG_DOCUMENT as u64));
-        let Some(got) = self.store.get(key, end).await? else {
+        let got = match self.store.get(key, end).await {
+            Ok(got) => got,
+            Err(e) => {
+                tracing::debug!(
+                    key,
+                    "the end of the root's document was not read ({e}); reading it whole"
+                );
+                return Ok(self.document(key).await?.map(Fetched::Whole));
+            }
+        };
+        let Some(got) = got else {
             return Ok(None);
         };
         if got.offset == 0 {
