@@ -6,11 +6,11 @@
 //! every path below the root is placed through the root's kind, and opening one array of a
 //! hierarchy of ten thousand would otherwise wait for the whole root document to be parsed,
 //! rewritten and serialized (most of a second), though the client never reads it. Finding the
-//! kind of such a document only scans it for its `node_type` (no tree is built), and where a
-//! read of a value's end is one request, only its last [`BIG_DOCUMENT`] bytes are read for it:
-//! the rest is fetched, pinned to the version the end came from, when the document is read. A
-//! small document is rewritten at once, and shown as stored when nothing in it needs
-//! rewriting.
+//! kind of such a document only scans it for its `node_type` (no tree is built), and for the
+//! root's, where a read of a value's end is one request, only its last [`BIG_DOCUMENT`] bytes
+//! are read for it (`nodes.rs`): the rest is fetched, pinned to the version the end came from,
+//! when the document is read. A small document is rewritten at once, and shown as stored when
+//! nothing in it needs rewriting.
 
 use std::sync::{Arc, Mutex};
 
