@@ -20,6 +20,7 @@ mod group_doc;
 mod listing;
 mod locate;
 pub mod metadata_write;
+mod node_documents;
 pub mod nodes;
 mod open_file;
 mod read_ahead;

@@ -25,12 +25,13 @@ use bytes::Bytes;
 use lru::LruCache;
 
 pub use super::group_doc::GroupNode;
-use super::group_doc::{big_group, big_group_from_end, group, Found, BIG_DOCUMENT};
+use super::group_doc::{big_group, group, Found, BIG_DOCUMENT};
+use super::node_documents::Fetched;
 use crate::shard::{IndexCache, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::prefetch::{first_use, PrefetchStats};
 use crate::store::single_flight::Flights;
-use crate::store::{ByteRange, GetOptions, GetResult, Store, StoreError, Version};
+use crate::store::{GetResult, Store, StoreError, Version};
 use crate::zarr::draft::{parse_draft_array, rewrite_draft_unsharded, DraftLayout};
 use crate::zarr::metadata::{parse_zarr_json, ArrayMetadata, NodeMetadata};
 use crate::zarr::sharding::{analyse, rewrite_unsharded, ShardLayout, Sharding};
@@ -70,12 +71,6 @@ pub enum NodeInfo {
     Sharded(Arc<ShardedNode>),
 }
 
-/// A directory's metadata document as read: whole, or a big group's end alone.
-enum Fetched {
-    Whole(GetResult),
-    BigGroup(Arc<GroupNode>, Version),
-}
-
 #[derive(Debug)]
 pub(super) struct Cached {
     pub(super) info: NodeInfo,
@@ -89,7 +84,7 @@ pub(super) struct Cached {
 
 #[derive(Debug)]
 pub struct NodeCache {
-    store: Arc<dyn Store>,
+    pub(super) store: Arc<dyn Store>,
     pub(super) index_cache: Arc<IndexCache>,
     pub(super) shard_options: ShardOptions,
     ttl: Duration,
@@ -101,7 +96,7 @@ pub struct NodeCache {
     flights: Flights,
     /// Bumped whenever entries are dropped: an answer read across it is not cached.
     pub(super) generation: AtomicU64,
-    stats: Arc<PrefetchStats>,
+    pub(super) stats: Arc<PrefetchStats>,
 }
 
 impl NodeCache {
@@ -281,50 +276,6 @@ impl NodeCache {
         Ok(NodeInfo::Plain)
     }
 
-    /// A metadata document, whole.
-    async fn document(&self, key: &str) -> Result<Option<GetResult>, StoreError> {
-        self.stats.document_sent();
-        self.store.get(key, GetOptions::default()).await
-    }
-
-    /// The document of `dir`, or the group a big one is from its end alone (see
-    /// `group_doc.rs`). For the root's (where consolidated metadata of a whole hierarchy is),
-    /// its last [`BIG_DOCUMENT`] bytes are read first where that is one request, which is all
-    /// of any smaller document. Other documents are read whole: a ranged read of an empty
-    /// object is refused by some services (S3 answers it whole, which `object_store` takes for
-    /// an error) and taken by others for a server that ignores ranges, and a client writes
-    /// empty and odd `zarr.json` files anywhere; a refused read of the root's end is read again
-    /// whole.
-    async fn document_or_group(&self, dir: &str, key: &str) -> Result<Option<Fetched>, StoreError> {
-        if !dir.is_empty() || !self.store.capabilities().suffix_reads {
-            return Ok(self.document(key).await?.map(Fetched::Whole));
-        }
-        self.stats.document_sent();
-        let end = GetOptions::range(ByteRange::Suffix(BIG_DOCUMENT as u64));
-        let got = match self.store.get(key, end).await {
-            Ok(got) => got,
-            Err(e) => {
-                tracing::debug!(
-                    key,
-                    "the end of the root's document was not read ({e}); reading it whole"
-                );
-                return Ok(self.document(key).await?.map(Fetched::Whole));
-            }
-        };
-        let Some(got) = got else {
-            return Ok(None);
-        };
-        if got.offset == 0 {
-            return Ok(Some(Fetched::Whole(got)));
-        }
-        let as_stored = self.shown_as_stored_below(dir);
-        if let Some(node) = big_group_from_end(&got, self.store.clone(), key, as_stored) {
-            return Ok(Some(Fetched::BigGroup(node, got.meta.version)));
-        }
-        // Its end does not say it is a group: read whole.
-        Ok(self.document(key).await?.map(Fetched::Whole))
-    }
-
     fn cached_key(&self, dir: &str) -> Option<String> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.get(dir).map(|c| c.key.clone())
@@ -443,7 +394,7 @@ impl NodeCache {
     }
 
     /// The arrays below `dir` shown as stored, by their paths relative to it.
-    fn shown_as_stored_below(&self, dir: &str) -> Vec<String> {
+    pub(super) fn shown_as_stored_below(&self, dir: &str) -> Vec<String> {
         let prefix = dir_prefix(dir);
         let as_stored = self.as_stored.lock().unwrap_or_else(|e| e.into_inner());
         as_stored
