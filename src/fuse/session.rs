@@ -148,9 +148,11 @@ impl Mounted {
         if let Some(watching) = watching {
             watching.stop();
         }
-        // The session ends when the kernel lets go (after an unmount) or on an error; in the
-        // second case the mount may still be here, and still ours.
-        if let Some(identity) = &identity {
+        // The session ends when the kernel lets go (after an unmount) or on an error; only in
+        // the second case may the mount still be here, and ours. After an unmount the path is
+        // left alone: a mount made there since (`umount m; zarrfs mount src m`) often gets
+        // this one's mount ID and device number back, so the table cannot tell it apart.
+        if let (Err(_), Some(identity)) = (&served, &identity) {
             match unmount_own(&mountpoint, identity) {
                 Ok(true) => tracing::info!("unmounted after the session ended"),
                 Ok(false) => {}

@@ -4,6 +4,7 @@ its daemon is killed and the mount is started again, the tmpfs is still mounted 
 Mounting onto a live mount point without --stack, unmounting something that is not zarrfs, and
 unmounting a busy mount are refused with a message that names the cause and the fix."""
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -147,3 +148,26 @@ def test_zarrfs_unmount_of_a_busy_mount_says_so(zarrfs_bin, tree, tmp_path):
         assert daemon_gone(mount)
     finally:
         mount.stop()
+
+
+def test_a_mount_made_right_after_an_unmount_stays(zarrfs_bin, tree, tmp_path):
+    """`umount m; zarrfs mount src m`, as scripts do: the new mount often gets the old one's
+    mount ID and device number back, while the old daemon is still ending. That daemon must
+    leave the new mount alone (it used to take it down about one time in three)."""
+    m = tmp_path / "again"
+    for round_ in range(8):
+        first = Mount(zarrfs_bin, str(tree.root), m, [], tmp_path / f"first-{round_}.log").start()
+        old = set(first.pids)
+        res = subprocess.run(["umount", str(m)], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        second = Mount(zarrfs_bin, str(tree.root), m, [], tmp_path / f"second-{round_}.log").start()
+        try:
+            assert wait_until(lambda: not any(pid_alive(p) for p in old), 15), "the first daemon did not exit"
+            entry = mount_entry(m)
+            assert entry is not None and entry["source"].startswith("zarrfs:"), (
+                f"round {round_}: the new mount was taken down: {entry}; "
+                f"first daemon's log: {first.log_text()[-600:]}")
+            assert json.loads((m / "zarr.json").read_text())["zarr_format"] == 3
+        finally:
+            second.stop()
+            first.stop()
