@@ -209,3 +209,40 @@ async fn a_refused_read_of_the_roots_end_is_read_whole() {
     let root = parse(&fs_read_path(&fs, "zarr.json").await.unwrap());
     assert_eq!(root["consolidated_metadata"]["metadata"]["a"], a.rewritten_json());
 }
+
+/// `zarrfs stats` opens the root directory for its ioctl and reads nothing from it: while the
+/// root was read by its end alone, that open takes no listing, so it reads the end (to know the
+/// root is such a group) and not the whole document. A listing of the handle then takes it, and
+/// later opens of the root are as any directory's, with nothing more to read.
+#[tokio::test]
+async fn opening_a_big_root_directory_reads_its_end_alone_until_it_is_listed() {
+    let (mem, _, _) = hierarchy();
+    let rec = Arc::new(RecordingStore::new(mem.clone()));
+    let fs = fs_over(rec.clone());
+    let root = zarrfs::fs::inodes::ROOT_INO;
+    let fh = fs.opendir(root).await.unwrap();
+    let ops = rec.take();
+    assert_eq!(
+        reads_of(&ops, "zarr.json"),
+        [(Some(ByteRange::Suffix(MIB as u64)), false)],
+        "an open alone read more than the root's end: {ops:?}"
+    );
+    let names: Vec<String> = fs
+        .readdir(root, fh, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name.to_string())
+        .collect();
+    fs.releasedir(fh);
+    assert_eq!(names, [".", "..", "a", "zarr.json"]);
+    assert_eq!(
+        reads_of(&rec.take(), "zarr.json"),
+        [(None, true)],
+        "the listing shows the whole root"
+    );
+    let again = fs.opendir(root).await.unwrap();
+    assert_eq!(fs.readdir(root, again, 0).await.unwrap().len(), 4);
+    fs.releasedir(again);
+    assert!(reads_of(&rec.take(), "zarr.json").is_empty());
+}

@@ -56,6 +56,18 @@ impl Fs {
                 keep_cache: true,
             });
         }
+        if ino == ROOT_INO && self.view.root_read_by_its_end().await {
+            // A big root not read whole yet is listed at its first read: `zarrfs stats` and
+            // the Python API open the root for their ioctl and read nothing, and its listing
+            // fetches and rewrites the whole consolidated metadata of the hierarchy. Nor does
+            // the kernel keep that listing (whether it may is known only from the listing);
+            // once read whole the root is opened as any directory, listed at once.
+            return Ok(OpenedDir {
+                fh: self.dirs.insert(DirHandle::unlisted(path)),
+                cache: false,
+                keep_cache: false,
+            });
+        }
         let listing = self.take_listing(&path).await?;
         // Only a directory has entries; an empty listing may also be a file, or nothing now.
         if listing.complete()

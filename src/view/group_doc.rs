@@ -112,6 +112,11 @@ impl GroupNode {
         Ok(Some(self.shown()))
     }
 
+    /// Whether only the end of its document was read: showing the rest means fetching it.
+    pub fn read_by_its_end(&self) -> bool {
+        matches!(*self.lock(), Doc::End(_))
+    }
+
     /// The view's `zarr.json` of a group whose stored document is held.
     fn shown(&self) -> Bytes {
         let mut doc = self.lock();

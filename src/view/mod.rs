@@ -143,6 +143,12 @@ impl View {
         &self.stats
     }
 
+    /// Whether the root is a big group of which only the end of its document was read: a
+    /// listing of the root (which shows that document, rewritten) fetches the rest.
+    pub async fn root_read_by_its_end(&self) -> bool {
+        matches!(self.nodes.info("").await, Ok(nodes::NodeInfo::Group(g)) if g.read_by_its_end())
+    }
+
     /// The node at `path`, or `None` if there is none.
     pub async fn lookup(&self, path: &str) -> Result<Option<Node>, ViewError> {
         let at = self.locate(path).await?;
