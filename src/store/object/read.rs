@@ -54,14 +54,19 @@ impl ObjectBackend {
             Err(object_store::Error::NotSupported { source })
                 if self.flavor == Flavor::Http && source.to_string().starts_with("Range request not supported") =>
             {
-                if !self.ignores_ranges.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                let got = self.get_whole(key, &path, opts, options, pin).await?;
+                // An empty file answered whole says nothing of the server: no range of it can
+                // be served (nginx answers a suffix of one so), and marking the server for it
+                // would read every shard whole for the rest of the mount.
+                let told = got.as_ref().is_some_and(|got| got.meta.size > 0);
+                if told && !self.ignores_ranges.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     tracing::warn!(
                         source = %self.name,
                         "the server ignores Range requests: every read fetches the whole file (slow for large shards; \
                          a server that honours ranges, such as nginx or Apache, avoids it)"
                     );
                 }
-                self.get_whole(key, &path, opts, options, pin).await
+                Ok(got)
             }
             Ok(result) => {
                 let (meta, offset) = (self.meta_of(&result.meta), result.range.start);
