@@ -10,6 +10,9 @@
 #             (writable) mount and from a --read-only one
 #   parallel  8 concurrent cp processes over the array's files (as `gsutil -m cp` would), cold
 #   find, ls -lR  over an array of 65,536 chunk files, warm
+#   open cost     the default (writable) mount against a --read-only one, which reads files
+#             without opening them: cold cp -r, and zarr-python reading the whole array (its
+#             defaults; timed inside python), cold and warm, 8 and 128 KiB chunks
 # Warm rows and walks also run on a --read-only --metadata-ttl indefinite mount ("ri"), where
 # the kernel keeps directory listings, entries and attributes.
 #
@@ -65,6 +68,29 @@ copy_parallel() { # SRC DST_PREFIX RUN: 8 concurrent cp processes, 64 files each
     (cd "$1" && find . -type d -print0 | (cd "$2.$3" && xargs -0 mkdir -p))
     (cd "$1" && find . -type f -print0 | xargs -0 -P 8 -n 64 cp --parents -t "$2.$3")
     rm -rf "$2.$3"
+}
+
+zarr_secs() { # DIR: seconds zarr-python takes to open the array and read it whole
+    "$PY" - "$1" <<'EOF'
+import sys, time
+import zarr
+start = time.perf_counter()
+zarr.open_array(sys.argv[1], mode="r")[...]
+print(f"{time.perf_counter() - start:.3f}")
+EOF
+}
+
+zarr_fastest() { # cold|warm DIR: the fastest of $RUNS reads (warm: one untimed read first)
+    local mode="$1" best="" run secs
+    [ "$mode" = cold ] || zarr_secs "$2" > /dev/null
+    for run in $(seq 1 "$RUNS"); do
+        [ "$mode" = cold ] && drop_caches
+        secs=$(zarr_secs "$2")
+        if [ -z "$best" ] || awk -v s="$secs" -v b="$best" 'BEGIN { exit !(s < b) }'; then
+            best=$secs
+        fi
+    done
+    echo "$best"
 }
 
 walk_find() { find "$1" > /dev/null; }      # DIR RUN
@@ -149,6 +175,20 @@ for size in "${SIZES[@]}"; do
     p_native=$(time_fastest copy_parallel "$WORK/native/$size" "$OUT/native_$size")
     printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$size" "$files" "$w_view" "$w_ro" "$w_ri" "$w_native" "$p_view" "$p_native" >> "$RESULTS2"
 done
+RESULTS4="$WORK/results4.tsv"
+printf "size\tview_cold_s\tro_cold_s\tz_view_cold_s\tz_ro_cold_s\tz_native_cold_s\tz_view_warm_s\tz_ro_warm_s\tz_native_warm_s\n" > "$RESULTS4"
+for size in small large; do
+    say "timing bench/$size: the default mount against --read-only, cp -r and zarr-python"
+    c_view=$(time_fastest copy_tree "$MNT/bench/$size" "$OUT/view_$size")
+    c_ro=$(time_fastest copy_tree "$MNT_RO/bench/$size" "$OUT/ro_$size")
+    row="$size	$c_view	$c_ro"
+    for mode in cold warm; do
+        for dir in "$MNT/bench/$size" "$MNT_RO/bench/$size" "$WORK/native/$size"; do
+            row="$row	$(zarr_fastest "$mode" "$dir")"
+        done
+    done
+    printf "%b\n" "$row" >> "$RESULTS4"
+done
 files=$(find "$WORK/native/many" -type f | wc -l)
 say "timing find and ls -lR over bench/many ($files files), warm"
 printf "walk\tfiles\tview_s\tri_s\tnative_s\n" > "$RESULTS3"
@@ -163,7 +203,7 @@ done
 [ "$CAN_DROP" = 1 ] && caches="dropped before each run" || caches="NOT dropped (no permission)"
 echo
 echo "zarrfs read benchmark: $("$BIN" --version 2>/dev/null | head -1) ($BIN), page caches $caches, fastest of $RUNS run(s)"
-"$PY" - "$RESULTS" "$RESULTS2" "$RESULTS3" <<'EOF'
+"$PY" - "$RESULTS" "$RESULTS2" "$RESULTS3" "$RESULTS4" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 LABELS = {"small": "8 KiB", "large": "128 KiB", "small_zstd": "~8 KiB zstd", "large_zstd": "~128 KiB zstd"}
@@ -194,6 +234,20 @@ print("warm: cp -r again with all caches kept (view: the default, writable mount
 print("mount, where the kernel reads files without opening them; ri: --read-only --metadata-ttl")
 print("indefinite, where the kernel also keeps listings, entries and attributes); 8-par: 8 concurrent")
 print("cp, cold; v/n: speed from the mount relative to the same on the native filesystem")
+print()
+head = ("inner chunks", "cp cold view", "cp cold ro", "view/ro", "zarr cold view", "zarr cold ro",
+        "zarr cold nat", "view/ro", "zarr warm view", "zarr warm ro", "zarr warm nat", "view/ro")
+print("  ".join(f"{h:>14s}" for h in head))
+for r in csv.DictReader(open(sys.argv[4]), delimiter="\t"):
+    cv, cr, zv, zr, zn, wv, wr, wn = (float(r[k]) for k in (
+        "view_cold_s", "ro_cold_s", "z_view_cold_s", "z_ro_cold_s", "z_native_cold_s",
+        "z_view_warm_s", "z_ro_warm_s", "z_native_warm_s"))
+    cells = (LABELS[r["size"]], f"{cv:.3f}", f"{cr:.3f}", f"{cr / cv:.2f}x", f"{zv:.3f}", f"{zr:.3f}",
+             f"{zn:.3f}", f"{zr / zv:.2f}x", f"{wv:.3f}", f"{wr:.3f}", f"{wn:.3f}", f"{wr / wv:.2f}x")
+    print("  ".join(f"{c:>14s}" for c in cells))
+print("open cost: the default mount opens every file (an OPEN and a RELEASE round trip), a --read-only")
+print("one reads them without opening (docs/performance.md); view/ro: speed of the default mount")
+print("relative to --read-only; zarr: zarr-python opening the array and reading it whole, seconds")
 print()
 for r in csv.DictReader(open(sys.argv[3]), delimiter="\t"):
     v, i, n = float(r["view_s"]), float(r["ri_s"]), float(r["native_s"])
