@@ -63,6 +63,7 @@ impl Filesystem for ZarrFuse {
         let (fs, ttl) = (self.fs.clone(), self.ttl());
         let request = async move { fs.getattr(ino.0).await };
         self.answer(op(req, "getattr", ino), reply, request, move |r, attr| {
+            reply::handed(&attr);
             r.attr(&ttl.ttl(), &file_attr(&attr))
         });
     }
@@ -251,6 +252,7 @@ impl Filesystem for ZarrFuse {
             }
         };
         self.answer(op(req, "setattr", ino), reply, request, move |r, attr| {
+            reply::handed(&attr);
             r.attr(&ttl.ttl(), &file_attr(&attr))
         });
     }

@@ -79,7 +79,14 @@ pub fn file_type(kind: FileKind) -> FileType {
 
 /// Answer a lookup-like request with an entry.
 pub fn entry(reply: ReplyEntry, ttl: &Duration, attr: &Attr) {
+    handed(attr);
     reply.entry(ttl, &file_attr(attr), Generation(0));
+}
+
+/// What the kernel is told of an inode's size and time (`RUST_LOG=zarrfs=trace`): with
+/// `FUSE_AUTO_INVAL_DATA` another time than it holds drops the file's cached pages.
+pub(super) fn handed(attr: &Attr) {
+    tracing::trace!(ino = attr.ino, size = attr.size, mtime = ?attr.mtime, "attributes handed");
 }
 
 /// Answer a getxattr/listxattr: the size when asked for it, ERANGE when the buffer is short.
@@ -133,6 +140,7 @@ pub fn directory_plus(fs: &Fs, mut reply: ReplyDirectoryPlus, ttl: &Duration, it
             (None, None) => fs.entry_attr(item.dir_ino, &item.dir, &item.name, &crate::view::Node::dir()),
         };
         let child = attr.ino;
+        handed(&attr);
         if reply.add(
             INodeNo(child),
             item.offset,

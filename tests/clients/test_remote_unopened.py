@@ -14,6 +14,12 @@ from remote import delta, remote, remote_view, stats  # noqa: F401 - fixtures
 from test_disk_cache import N_CHUNKS, check_copy, copy_array, ds, reseed, seed  # noqa: F401
 
 
+def file_refaults() -> int:
+    """File pages the kernel evicted and read back since boot."""
+    with open("/proc/vmstat") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("workingset_refault_file "))
+
+
 def test_files_are_read_without_opens_and_a_rewrite_shows_after_the_ttl(remote, remote_view, ds, tmp_path):
     prefix = seed(remote, ds, "unopened")
     m = remote_view("s3", "--read-only", "--metadata-ttl", "1", prefix=prefix)
@@ -25,11 +31,14 @@ def test_files_are_read_without_opens_and_a_rewrite_shows_after_the_ttl(remote, 
     assert d["fuse_reads"] >= N_CHUNKS, d
     chunk = m.path("a/c/0/0")
     first = os.stat(chunk).st_mtime_ns
-    # Re-read warm: the kernel keeps the pages, the daemon is not asked.
-    before = stats(m)
+    # Re-read warm: the kernel keeps the pages, the daemon is not asked. Unless the machine
+    # took some back (proactive reclaim: DAMON's pageout pages out page cache on some VMs):
+    # each read the daemon gets must then be matched by a file page faulted back in.
+    before, refaults = stats(m), file_refaults()
     copy_array(m, tmp_path / "warm")
-    d = delta(before, stats(m))
-    assert d["fuse_reads"] == 0 and d["get"] == 0, f"a warm copy asked the daemon: {d}"
+    d, refaulted = delta(before, stats(m)), file_refaults() - refaults
+    assert d["get"] == 0, f"a warm copy asked the store: {d}"
+    assert d["fuse_reads"] <= refaulted, f"a warm copy asked the daemon ({refaulted} pages refaulted): {d}"
     # The same sizes, other bytes: only the time tells the kernel.
     reseed(ds, prefix, "new")
     time.sleep(1.3)
