@@ -143,6 +143,12 @@ impl Filesystem for ZarrFuse {
         let fs = self.fs.clone();
         let request = async move { fs.open_dir(ino.0).await };
         self.answer(op(req, "opendir", ino), reply, request, |r, opened| {
+            tracing::trace!(
+                fh = opened.fh,
+                cache = opened.cache,
+                keep_cache = opened.keep_cache,
+                "directory opened"
+            );
             r.opened(FileHandle(opened.fh), reply::dir_open_flags(&opened))
         });
     }

@@ -58,6 +58,14 @@ def is_inside(rel: str, directories: list[str]) -> bool:
     return any(rel == d or rel.startswith(d + "/") for d in directories)
 
 
+def file_refaults() -> int:
+    """File pages the kernel evicted and read back since boot. Some VMs reclaim page cache on
+    their own (DAMON's proactive pageout), so a page the kernel was left to keep, a file's or
+    a directory listing's, may be gone a second later: each comes back as a refault."""
+    with open("/proc/vmstat") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("workingset_refault_file "))
+
+
 def load_json(path: Path) -> dict:
     return json.loads(Path(path).read_bytes())
 

@@ -10,14 +10,9 @@ from __future__ import annotations
 import os
 import time
 
+from helpers import file_refaults
 from remote import delta, remote, remote_view, stats  # noqa: F401 - fixtures
 from test_disk_cache import N_CHUNKS, check_copy, copy_array, ds, reseed, seed  # noqa: F401
-
-
-def file_refaults() -> int:
-    """File pages the kernel evicted and read back since boot."""
-    with open("/proc/vmstat") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("workingset_refault_file "))
 
 
 def test_files_are_read_without_opens_and_a_rewrite_shows_after_the_ttl(remote, remote_view, ds, tmp_path):
