@@ -17,15 +17,14 @@ longer, randomized campaigns."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
+from junit import failures
 from remote import remote, remote_view  # noqa: F401 - fixtures
 
 SUITES_DIR = REPO / "tests" / "zarr_suites"
@@ -68,28 +67,6 @@ def run_suite(venv: str, suite: str, root: Path, tmp_path: Path, deselect=(),
     seconds = time.monotonic() - start
     print(f"zarr-suite {venv} {suite} root={root}: exit {code} in {seconds:.1f} s")
     return {"code": code, "output": out, "seconds": seconds, "failed": failures(junit)}
-
-
-def failures(junit: Path) -> dict[str, str]:
-    """Failed or erroring test cases of a JUnit report: node id -> the error's first lines."""
-    if not junit.exists():
-        return {}
-    out = {}
-    for case in ET.parse(junit).iter("testcase"):
-        for bad in list(case.findall("failure")) + list(case.findall("error")):
-            module, *classes = case.get("classname", "").split(".")
-            node = "::".join([f"{module}.py", *classes, case.get("name", "")])
-            message = " | ".join((bad.get("message") or bad.text or "").strip().splitlines()[:3])
-            if "hypothesis.errors.Flaky" in message:
-                # the replay did not fail alike: the first error is the one to read
-                first = next((m.group(1) for m in FIRST_ERROR.finditer(bad.text or "")
-                              if not m.group(1).startswith("hypothesis.")), None)
-                message = f"{first} (then on replay: {message})" if first else message
-            out[node] = message[:400]
-    return out
-
-
-FIRST_ERROR = re.compile(r"^E\s+([\w.]+(?:Error|Exception|Exists|Found)\b.*)$", re.M)
 
 
 def report(result: dict) -> str:
