@@ -90,6 +90,19 @@ impl Located {
     }
 }
 
+/// Whether the last name of `path` is a temporary name zarr-python (3.1 and later) writes a
+/// file under before renaming it into place: `<name>.<32 hex digits>.partial`.
+pub(super) fn is_client_temporary(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let Some(rest) = name.strip_suffix(".partial") else {
+        return false;
+    };
+    let Some((stem, token)) = rest.rsplit_once('.') else {
+        return false;
+    };
+    !stem.is_empty() && token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 impl View {
     /// Place `path` (see the module notes).
     pub async fn locate(&self, path: &str) -> Result<Located, ViewError> {
@@ -190,5 +203,28 @@ impl View {
             }
         }
         Ok(Place::Stored { group })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_client_temporary;
+
+    #[test]
+    fn zarr_pythons_temporary_names_are_told_from_others() {
+        assert!(is_client_temporary(
+            "d.zarr/x/c/0.5788c13c8d524e6bb094441e6f6d19b2.partial"
+        ));
+        assert!(is_client_temporary("zarr.af41325932ec4c8dae9ea1ac81db525d.partial"));
+        for name in [
+            "d/0.partial",
+            "d/.af41325932ec4c8dae9ea1ac81db525d.partial",
+            "d/zarr.af41325932ec4c8dae9ea1ac81db525.partial",
+            "d/zarr.af41325932ec4c8dae9ea1ac81db525g.partial",
+            "d/zarr.af41325932ec4c8dae9ea1ac81db525d.partial/0",
+            "d/zarr.json",
+        ] {
+            assert!(!is_client_temporary(name), "{name}");
+        }
     }
 }

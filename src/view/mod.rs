@@ -189,14 +189,19 @@ impl View {
     }
 
     /// What writing a file at a placed path does: `Some` target in the store, or `None` for a
-    /// name the store cannot hold there that the mount keeps until it is renamed or removed —
-    /// a name inside a sharded array's directory that is neither a chunk key nor stored (the
-    /// temporary files clients write before renaming them into place).
+    /// name the mount keeps until it is renamed or removed (staged), when nothing is stored
+    /// there: a name inside a sharded array's directory that is neither a chunk key nor
+    /// stored (the temporary files clients write before renaming them into place), and
+    /// elsewhere zarr-python's temporary names ([`locate::is_client_temporary`]): storing one
+    /// only to copy and delete it at the rename cost an object store two more requests a file.
     pub async fn write_target(&self, at: &Located) -> Result<Option<Target>, ViewError> {
-        if let At::Stored { within: Some(_) } = &at.at {
-            if self.lookup_stored(at.path()).await?.is_none() {
-                return Ok(None);
-            }
+        let staged_if_new = match &at.at {
+            At::Stored { within: Some(_) } => true,
+            At::Stored { within: None } => locate::is_client_temporary(at.path()),
+            _ => false,
+        };
+        if staged_if_new && self.lookup_stored(at.path()).await?.is_none() {
+            return Ok(None);
         }
         Ok(at.dest())
     }

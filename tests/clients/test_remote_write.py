@@ -5,6 +5,8 @@ inner chunk with the fill value (an unlink) and start a shard that did not exist
 the view reads back as written; after unmount the objects fetched from the bucket pass the
 strict shard checks and hold exactly the expected array, and a fresh read-only mount of the
 prefix reads it with both clients."""
+import os
+
 import numpy as np
 import pytest
 
@@ -91,3 +93,37 @@ def test_zarr_python_writes_through_remote_view(remote_view, remote, backend, tm
                               f"{client} on a fresh {backend} mount of {path}")
         assert view_matches_store(fresh.path(path), stored / path) == []
         assert si.expected_chunk_files(si.load_layout(stored / path))
+
+
+def test_zarr_pythons_temporary_files_are_held_until_renamed_and_stored_once(remote_view, remote, tmp_path):
+    """zarr-python writes every file as `<name>.<hex>.partial`, closes it, then renames it into
+    place. An object store has no rename (a copy, then a delete), so storing the temporary
+    file cost two more requests a file: the mount holds a file of such a name (nothing stored
+    under it) until it is renamed, then stores it once under its final name, or drops it when
+    it is removed. Here an unsharded array (stored as it is), through the default mount."""
+    import zarr
+    prefix = f"{remote.run}/partials"
+    view = remote_view("s3", prefix=prefix)
+    data = np.arange(12 * 10, dtype="int32").reshape(12, 10)
+    before = stats(view)
+    arr = zarr.create_array(str(view.path("plain")), shape=data.shape, chunks=(4, 5), dtype=data.dtype,
+                            fill_value=0)
+    arr[...] = data
+    counts = delta(before, stats(view))
+    assert (counts["set"], counts["erase"]) == (1 + 3 * 2, 0), \
+        f"one PUT per file (zarr.json and 6 chunks), no DELETE: {counts}"
+    assert_same_array(READERS["zarr-python"](view.path("plain")), data, "read back through the mount")
+    # A temporary file removed before its rename (a failed write) costs no request either.
+    tmp = view.path("plain/c/0/0.0123456789abcdef0123456789abcdef.partial")
+    tmp.write_bytes(b"x" * 100)
+    assert tmp.stat().st_size == 100 and tmp.name in os.listdir(tmp.parent), "a held file shows"
+    before = stats(view)
+    tmp.unlink()
+    assert not tmp.exists()
+    counts = delta(before, stats(view))
+    assert (counts["set"], counts["erase"]) == (0, 0), counts
+    view.stop()
+    stored = download_tree("s3", prefix, tmp_path / "bucket")
+    names = sorted(p.relative_to(stored).as_posix() for p in stored.rglob("*") if p.is_file())
+    assert names == sorted(["plain/zarr.json"] + [f"plain/c/{i}/{j}" for i in range(3) for j in range(2)])
+    assert_same_array(READERS["zarr-python"](stored / "plain"), data, "the bucket")
