@@ -1262,6 +1262,64 @@ async fn a_rename_before_release_commits_at_once() {
     assert_eq!(&fresh.read(fh, 0, 100).await.unwrap()[..], b"payload");
 }
 
+/// zarr-python 3 writes every file under `<name>.<32 hex>.partial` and renames it onto its key.
+/// Outside sharded arrays such a new file is held by the mount: nothing is stored at its close,
+/// it is stored once at the rename, and one removed before its rename costs nothing. A file
+/// already stored that is renamed onto such a name moves there, as onto any name.
+#[tokio::test]
+async fn zarr_pythons_temporary_names_are_held_until_renamed_and_stored_files_move_onto_them() {
+    let mem: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    mem.set(
+        "zarr.json",
+        bytes::Bytes::from_static(br#"{"zarr_format":3,"node_type":"group"}"#),
+    )
+    .await
+    .unwrap();
+    mem.set("old", bytes::Bytes::from_static(b"stored")).await.unwrap();
+    let counts = Arc::new(CountingStore::new(mem.clone()));
+    let fs = writable_fs(counts.clone());
+    let temp = "data.0123456789abcdef0123456789abcdef.partial";
+    let get = |key: &'static str| {
+        let mem = mem.clone();
+        async move {
+            mem.get(key, GetOptions::default())
+                .await
+                .unwrap()
+                .map(|g| g.bytes.to_vec())
+        }
+    };
+
+    let (_, fh) = fs.create(1, temp, false).await.unwrap();
+    fs.write(fh, 0, b"payload").await.unwrap();
+    fs.flush(fh).await.unwrap();
+    fs.release(fh).await;
+    assert_eq!(counts.counts().set, 0, "a temporary file was stored at its close");
+    assert_eq!(get(temp).await, None);
+    assert_eq!(fs.lookup(1, temp).await.unwrap().size, 7, "a held file shows");
+    fs.rename(1, temp, 1, "data", false).await.unwrap();
+    assert_eq!((counts.counts().set, counts.counts().erase), (1, 0));
+    assert_eq!(get("data").await, Some(b"payload".to_vec()));
+
+    let (_, fh) = fs.create(1, temp, false).await.unwrap();
+    fs.write(fh, 0, b"dropped").await.unwrap();
+    fs.release(fh).await;
+    fs.unlink(1, temp).await.unwrap();
+    assert_eq!(
+        (counts.counts().set, counts.counts().erase),
+        (1, 0),
+        "a removed temporary file cost a request"
+    );
+    assert_eq!(errno(fs.lookup(1, temp).await), libc::ENOENT);
+
+    fs.rename(1, "old", 1, temp, false).await.unwrap();
+    assert_eq!(
+        get(temp).await,
+        Some(b"stored".to_vec()),
+        "a stored file renamed onto a temporary name"
+    );
+    assert_eq!(get("old").await, None);
+}
+
 /// An open directory lists what is there when it is read, not when it was opened, once the
 /// mount changed something: a readdirplus entry hands the kernel a name with its size, which
 /// it then trusts. Paging goes on after the last name returned: none twice, none skipped.

@@ -206,6 +206,16 @@ impl View {
         Ok(at.dest())
     }
 
+    /// Where a file renamed onto a placed path outside sharded arrays goes: its key, stored as
+    /// it is (`None` elsewhere). A client's temporary name there is staged for new files only
+    /// (`write_target`).
+    pub fn stored_as_is(&self, at: &Located) -> Option<Target> {
+        match &at.at {
+            At::Stored { within: None } => at.dest(),
+            _ => None,
+        }
+    }
+
     /// The node of the rewritten group document (`shown`) of directory `dir`.
     fn group_node(dir: &str, shown: Bytes, mtime_ns: Option<i128>) -> Node {
         let key = format!("{}{METADATA}", dir_prefix(dir));
