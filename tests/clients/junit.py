@@ -1,10 +1,31 @@
-"""The failed tests of a child pytest run, from its JUnit report (the peers' suites run in a
-child pytest of each client venv: test_zarr_suites.py, test_xarray_suite.py)."""
+"""A child pytest of a client venv and the failed tests of its JUnit report (the peers' suites
+run in a child pytest of each client venv: test_zarr_suites.py, test_client_suites.py)."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+
+def run_child(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float, junit: Path) -> dict:
+    """Run a child pytest (`cmd` writes its JUnit report to `junit`) with this process's
+    environment less its Python and pytest variables, plus `env`; returns the exit code ("timeout"
+    if it ran out of time), its output, duration, the failed tests ({node id: the error's first
+    lines}) and how many passed."""
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
+    child_env.update(env)
+    start = time.monotonic()
+    try:
+        res = subprocess.run(cmd, cwd=cwd, env=child_env, capture_output=True, text=True, timeout=timeout)
+        code, out = res.returncode, res.stdout + res.stderr
+    except subprocess.TimeoutExpired as e:
+        code = "timeout"
+        out = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr))
+    return {"code": code, "output": out, "seconds": time.monotonic() - start,
+            "failed": failures(junit), "passed": passed(junit)}
 
 
 def failures(junit: Path) -> dict[str, str]:

@@ -15,16 +15,14 @@ fails through the mount must also fail on local disk. Only those are run again t
 fails this one, with its error. (zarr-python's own suites: test_zarr_suites.py.)"""
 from __future__ import annotations
 
-import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 from helpers import mount_stats
-from junit import failures, passed
+from junit import run_child
 
 VENVS = {"zarr3.1": REPO / ".venv", "zarr3.4": REPO / ".venv-zarr34"}
 # package: (its test directory, module, which of its tests run (by node id), tests that must
@@ -80,19 +78,9 @@ def run_suite(venv: str, package: str, where: Path, tmp_path: Path, tag: str,
     cmd = [str(VENVS[venv] / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
            f"--rootdir={tests}", f"--junitxml={junit}", f"--basetemp={where / f'basetemp-{tag}'}"]
     cmd += select if select else chosen(venv, package, tests)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
-    env["TMPDIR"] = str(where / f"tmp-{tag}")
-    start = time.monotonic()
-    try:
-        res = subprocess.run(cmd, cwd=tests, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
-        code, out = res.returncode, res.stdout + res.stderr
-    except subprocess.TimeoutExpired as e:
-        code = "timeout"
-        out = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr))
-    seconds = time.monotonic() - start
-    print(f"{package} suite {venv} {tag} in {where}: exit {code} in {seconds:.1f} s")
-    return {"code": code, "output": out, "seconds": seconds, "failed": failures(junit),
-            "passed": passed(junit)}
+    result = run_child(cmd, tests, {"TMPDIR": str(where / f"tmp-{tag}")}, CHILD_TIMEOUT, junit)
+    print(f"{package} suite {venv} {tag} in {where}: exit {result['code']} in {result['seconds']:.1f} s")
+    return result
 
 
 def summary(result: dict) -> str:

@@ -17,14 +17,12 @@ longer, randomized campaigns."""
 from __future__ import annotations
 
 import os
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
-from junit import failures
+from junit import run_child
 from remote import remote, remote_view  # noqa: F401 - fixtures
 
 SUITES_DIR = REPO / "tests" / "zarr_suites"
@@ -51,22 +49,12 @@ def run_suite(venv: str, suite: str, root: Path, tmp_path: Path, deselect=(),
     cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
            str(SUITES_DIR / suite), f"--junitxml={junit}"]
     cmd += [f"--deselect={node}" for node in deselect]  # node ids are relative to tests/zarr_suites
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
-    env["ZARR_SUITE_ROOT"] = str(root)
-    env.setdefault("ZARR_SUITE_EXAMPLES", MACHINE_SIZE[source][0])
-    env.setdefault("ZARR_SUITE_STEPS", MACHINE_SIZE[source][1])
-    start = time.monotonic()
-    try:
-        res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                             timeout=CHILD_TIMEOUT)
-        code, out = res.returncode, res.stdout + res.stderr
-    except subprocess.TimeoutExpired as e:
-        code = "timeout"
-        out = "".join(x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
-                      for x in (e.stdout, e.stderr))
-    seconds = time.monotonic() - start
-    print(f"zarr-suite {venv} {suite} root={root}: exit {code} in {seconds:.1f} s")
-    return {"code": code, "output": out, "seconds": seconds, "failed": failures(junit)}
+    env = {"ZARR_SUITE_ROOT": str(root),
+           "ZARR_SUITE_EXAMPLES": os.environ.get("ZARR_SUITE_EXAMPLES", MACHINE_SIZE[source][0]),
+           "ZARR_SUITE_STEPS": os.environ.get("ZARR_SUITE_STEPS", MACHINE_SIZE[source][1])}
+    result = run_child(cmd, REPO, env, CHILD_TIMEOUT, junit)
+    print(f"zarr-suite {venv} {suite} root={root}: exit {result['code']} in {result['seconds']:.1f} s")
+    return result
 
 
 def report(result: dict) -> str:
