@@ -148,7 +148,7 @@ impl Fs {
         let placed = futures::stream::iter(replay.files)
             .map(|(path, data)| async move {
                 let at = self.view.locate(&path).await?;
-                let target = self.view.write_target(&at).await?;
+                let target = self.view.write_target(&at, true).await?;
                 let stored = match target {
                     Some(_) => self.stored_as(&at, &data).await,
                     None => false,

@@ -36,7 +36,7 @@ impl Fs {
             return Err(FsError::Exists);
         }
         let (data, origin) = self.content_of(&from_at).await?;
-        match self.sink_for(&to_at).await? {
+        match self.sink_for(&to_at, true).await? {
             Sink::Commit(target) => {
                 let may = match &origin {
                     Origin::Held(Sink::Commit(from)) => from.may_copy_to(&target),

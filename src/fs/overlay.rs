@@ -9,9 +9,10 @@ use super::{Attr, FileKind, Fs, FsResult};
 use crate::view::Located;
 
 impl Fs {
-    /// Where bytes written at a placed path go.
-    pub(super) async fn sink_for(&self, at: &Located) -> FsResult<Sink> {
-        Ok(match self.view.write_target(at).await? {
+    /// Where bytes written at a placed path go: those of a `new` file (not stored yet), or of
+    /// one stored elsewhere and renamed there (`View::write_target`).
+    pub(super) async fn sink_for(&self, at: &Located, new: bool) -> FsResult<Sink> {
+        Ok(match self.view.write_target(at, new).await? {
             Some(target) => Sink::Commit(target),
             None => Sink::Staged,
         })

@@ -51,16 +51,9 @@ impl Fs {
         if no_replace && (self.inodes.file_at(&to).is_some() || self.view.node(&to_at).await?.is_some()) {
             return Err(FsError::Exists);
         }
-        let sink = self.sink_for(&to_at).await?;
         let held = self.inodes.file_at(&from);
-        let sink = match sink {
-            // A temporary name outside sharded arrays is staged for a new file only: a file
-            // stored (or being written to its key) that is renamed there moves as to any name.
-            Sink::Staged if !matches!(&held, Some((_, Sink::Staged))) => {
-                self.view.stored_as_is(&to_at).map_or(Sink::Staged, Sink::Commit)
-            }
-            sink => sink,
-        };
+        // A staged file is new to the store; one stored (or being written to its key) is not.
+        let sink = self.sink_for(&to_at, matches!(&held, Some((_, Sink::Staged)))).await?;
         if held.is_none() && self.view.node(&from_at).await?.is_none() {
             return Err(FsError::NotFound);
         }

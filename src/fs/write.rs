@@ -39,7 +39,7 @@ impl Fs {
         if !truncate_existing && (held.is_some() || self.view.node(&at).await?.is_some()) {
             return Err(FsError::Exists);
         }
-        let sink = self.sink_for(&at).await?;
+        let sink = self.sink_for(&at, true).await?;
         let file = match held {
             Some((file, _)) => file,
             None => Arc::new(WriteFile::new_empty(self.budget.clone())),
@@ -91,7 +91,7 @@ impl Fs {
                     }
                     Err(e) => return Err(e),
                 };
-                (Arc::new(file), self.sink_for(at).await?)
+                (Arc::new(file), self.sink_for(at, true).await?)
             }
         };
         // The handle is of the file held at the name once it holds it, which another open

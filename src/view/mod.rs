@@ -192,28 +192,20 @@ impl View {
     /// name the mount keeps until it is renamed or removed (staged), when nothing is stored
     /// there: a name inside a sharded array's directory that is neither a chunk key nor
     /// stored (the temporary files clients write before renaming them into place), and
-    /// elsewhere zarr-python's temporary names ([`locate::is_client_temporary`]): storing one
-    /// only to copy and delete it at the rename cost an object store two more requests a file.
-    pub async fn write_target(&self, at: &Located) -> Result<Option<Target>, ViewError> {
-        let staged_if_new = match &at.at {
+    /// elsewhere zarr-python's temporary names ([`locate::is_client_temporary`]) given to a
+    /// `new` file: storing one only to copy and delete it at the rename cost an object store
+    /// two more requests a file. A file already stored that is renamed there is not new: it
+    /// moves as to any name.
+    pub async fn write_target(&self, at: &Located, new: bool) -> Result<Option<Target>, ViewError> {
+        let staged_if_unstored = match &at.at {
             At::Stored { within: Some(_) } => true,
-            At::Stored { within: None } => locate::is_client_temporary(at.path()),
+            At::Stored { within: None } => new && locate::is_client_temporary(at.path()),
             _ => false,
         };
-        if staged_if_new && self.lookup_stored(at.path()).await?.is_none() {
+        if staged_if_unstored && self.lookup_stored(at.path()).await?.is_none() {
             return Ok(None);
         }
         Ok(at.dest())
-    }
-
-    /// Where a file renamed onto a placed path outside sharded arrays goes: its key, stored as
-    /// it is (`None` elsewhere). A client's temporary name there is staged for new files only
-    /// (`write_target`).
-    pub fn stored_as_is(&self, at: &Located) -> Option<Target> {
-        match &at.at {
-            At::Stored { within: None } => at.dest(),
-            _ => None,
-        }
     }
 
     /// The node of the rewritten group document (`shown`) of directory `dir`.
