@@ -1357,3 +1357,54 @@ async fn an_open_directory_lists_changes_made_since_it_was_opened() {
     assert_eq!(fs.attr(0, &one).size, 11);
     fs.release(wfh).await;
 }
+
+/// What a `zarr.json` written through the mount says its node is, is known from the bytes
+/// stored: placing the files written next (an array's chunks, a new array's shards) does not
+/// read the document back, and places them as a read of it would.
+#[tokio::test]
+async fn a_node_document_written_through_the_mount_is_not_read_back() {
+    let mem = Arc::new(MemoryStore::new());
+    mem.insert("zarr.json", group_json("root"));
+    let counts = Arc::new(CountingStore::new(mem.clone()));
+    let fs = writable_fs(counts.clone());
+    // An unsharded array: its chunk files are stored as they are.
+    fs_mkdir_p(&fs, "plain").await.unwrap();
+    fs_write_file(
+        &fs,
+        "plain/zarr.json",
+        &serde_json::to_vec(&plain_array_json()).unwrap(),
+    )
+    .await
+    .unwrap();
+    // A sharded array created through the mount: its client writes whole shards as files.
+    let spec = ArraySpec::new(&[8, 8], &[4, 4], &[2, 2]);
+    fs_mkdir_p(&fs, "sharded").await.unwrap();
+    fs_write_file(
+        &fs,
+        "sharded/zarr.json",
+        &serde_json::to_vec(&spec.zarr_json()).unwrap(),
+    )
+    .await
+    .unwrap();
+    counts.reset();
+    fs_write_file(&fs, "plain/c/0/0", b"chunk").await.unwrap();
+    fs_write_file(&fs, "sharded/c/0/0", b"a whole shard").await.unwrap();
+    let c = counts.counts();
+    assert_eq!(c.get, 0, "the documents were not read back: {c:?}");
+    assert_eq!(
+        mem.get("plain/c/0/0", GetOptions::default())
+            .await
+            .unwrap()
+            .unwrap()
+            .bytes,
+        &b"chunk"[..]
+    );
+    assert_eq!(
+        mem.get("sharded/c/0/0", GetOptions::default())
+            .await
+            .unwrap()
+            .unwrap()
+            .bytes,
+        &b"a whole shard"[..]
+    );
+}

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use zarrfs::store::known_keys::KnownKeys;
 use zarrfs::store::latency::LatencyStore;
 use zarrfs::store::list_cache::ListCache;
-use zarrfs::store::missing_cache::MissingCache;
 use zarrfs::store::prefetch::PrefetchStats;
 use zarrfs::store::Store;
 use zarrfs::view::{View, ViewOptions, WarmUpLimits};
@@ -54,7 +54,7 @@ fn remote_view(files: &BTreeMap<String, Vec<u8>>) -> (View, Arc<LatencyStore>, A
 fn remote_view_for(files: &BTreeMap<String, Vec<u8>>, ttl: Duration) -> (View, Arc<LatencyStore>, Arc<PrefetchStats>) {
     let latency = Arc::new(LatencyStore::new(memory_store(files), RTT));
     let stats = Arc::new(PrefetchStats::default());
-    let missing = Arc::new(MissingCache::new(latency.clone(), ttl));
+    let missing = Arc::new(KnownKeys::new(latency.clone(), ttl));
     let store: Arc<dyn Store> = Arc::new(ListCache::new(missing, ttl).with_prefetch_stats(stats.clone()));
     let options = ViewOptions {
         remote: true,

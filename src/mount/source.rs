@@ -16,10 +16,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::settings::{MountSettings, SourceSpec};
+use crate::store::known_keys::KnownKeys;
 use crate::store::list_cache::ListCache;
 use crate::store::local::watch::{SourceWatch, WatchError};
 use crate::store::local::{LocalStore, OwnChanges};
-use crate::store::missing_cache::MissingCache;
 use crate::store::object::learned_nodes::GridScope;
 use crate::store::object::SearchOptions;
 use crate::store::prefetch::PrefetchStats;
@@ -40,8 +40,8 @@ pub fn search_options(settings: &MountSettings) -> SearchOptions {
 }
 
 /// The store a mount reads through: remote listings are slow and asked for again and again,
-/// and so are names that do not exist, so both are kept for the metadata TTL. What the
-/// metadata warm-up lists is counted in `prefetch`.
+/// and so are names that do not exist and values the mount has just written, so all three are
+/// kept for the metadata TTL. What the metadata warm-up lists is counted in `prefetch`.
 pub fn with_caches(
     counted: Arc<dyn Store>,
     source: &SourceSpec,
@@ -50,8 +50,8 @@ pub fn with_caches(
 ) -> Arc<dyn Store> {
     match source {
         SourceSpec::Remote { url, .. } => {
-            let missing = Arc::new(MissingCache::new(counted, ttl));
-            let cache = ListCache::new(missing, ttl).with_prefetch_stats(prefetch);
+            let known = Arc::new(KnownKeys::new(counted, ttl));
+            let cache = ListCache::new(known, ttl).with_prefetch_stats(prefetch);
             Arc::new(if crate::store::remote::is_http_url(url) {
                 cache.incomplete_listings()
             } else {

@@ -8,10 +8,12 @@
 //! method, and the impl must be one `#[async_trait]` block.
 
 /// `invalidating_store! { #[attributes] impl Store for T { reads... } }`: the `Store` impl of a decorator
-/// with an `inner: Arc<dyn Store>` field, a `fn changed(&self, key: &str)` and a
-/// `fn created(&self, key: &str, stored: Option<u64>)`, its write methods forwarded and
-/// followed by `created` (a whole value written, which may be new; `stored`: its size, if the
-/// write succeeded) or `changed` (anything else).
+/// with an `inner: Arc<dyn Store>` field, a `fn changed(&self, key: &str)`, a
+/// `fn created(&self, key: &str, stored: Option<(u64, &Version)>)` and a
+/// `fn erased(&self, key: &str, gone: bool)`, its write methods forwarded and followed by
+/// `created` (a whole value written, which may be new; `stored`: its size and the version the
+/// store gave it, if the write succeeded), `erased` (a value removed, or a directory
+/// prefix with all below it; `gone`: if the erase succeeded) or `changed` (anything else).
 macro_rules! invalidating_store {
     ($(#[$attr:meta])* impl Store for $decorator:ty { $($reads:tt)* }) => {
         #[async_trait::async_trait]
@@ -22,7 +24,7 @@ macro_rules! invalidating_store {
             async fn set(&self, key: &str, value: bytes::Bytes) -> $crate::store::StoreResult<$crate::store::Version> {
                 let size = value.len() as u64;
                 let result = self.inner.set(key, value).await;
-                self.created(key, result.is_ok().then_some(size));
+                self.created(key, result.as_ref().ok().map(|version| (size, version)));
                 result
             }
 
@@ -34,7 +36,7 @@ macro_rules! invalidating_store {
             ) -> $crate::store::StoreResult<$crate::store::Version> {
                 let size = value.len() as u64;
                 let result = self.inner.set_if(key, value, condition).await;
-                self.created(key, result.is_ok().then_some(size));
+                self.created(key, result.as_ref().ok().map(|version| (size, version)));
                 result
             }
 
@@ -48,20 +50,20 @@ macro_rules! invalidating_store {
 
             async fn erase(&self, key: &str) -> $crate::store::StoreResult<()> {
                 let result = self.inner.erase(key).await;
-                self.changed(key);
+                self.erased(key, result.is_ok());
                 result
             }
 
             async fn erase_if(&self, key: &str, condition: $crate::store::Precondition) -> $crate::store::StoreResult<()> {
                 let result = self.inner.erase_if(key, condition).await;
-                self.changed(key);
+                self.erased(key, result.is_ok());
                 result
             }
 
             async fn erase_values(&self, keys: &[String]) -> $crate::store::StoreResult<()> {
                 let result = self.inner.erase_values(keys).await;
                 for key in keys {
-                    self.changed(key);
+                    self.erased(key, result.is_ok());
                 }
                 result
             }
@@ -69,7 +71,7 @@ macro_rules! invalidating_store {
             /// Erased by the store below from its own listing, never from anything kept here.
             async fn erase_prefix(&self, prefix: &str) -> $crate::store::StoreResult<()> {
                 let result = self.inner.erase_prefix(prefix).await;
-                self.changed(prefix);
+                self.erased(prefix, result.is_ok());
                 result
             }
 
@@ -81,7 +83,7 @@ macro_rules! invalidating_store {
 
             async fn remove_dir(&self, prefix: &str) -> $crate::store::StoreResult<()> {
                 let result = self.inner.remove_dir(prefix).await;
-                self.changed(prefix);
+                self.erased(prefix, result.is_ok());
                 result
             }
 

@@ -20,12 +20,12 @@ pub mod error;
 pub mod fault;
 mod invalidating;
 pub mod key;
+pub mod known_keys;
 pub mod latency;
 pub mod list_cache;
 pub mod local;
 mod lock;
 pub mod memory;
-pub mod missing_cache;
 pub mod object;
 pub mod prefetch;
 pub mod remote;
@@ -37,7 +37,7 @@ mod types;
 
 pub use error::StoreError;
 pub use types::{
-    ByteRange, Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Precondition, Version,
+    now_ns, ByteRange, Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Precondition, Version,
 };
 
 use async_trait::async_trait;

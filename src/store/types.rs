@@ -89,6 +89,15 @@ impl GetOptions {
     }
 }
 
+/// The clock now, as an `mtime_ns`: what a value written now is stamped with where the store
+/// does not say.
+pub fn now_ns() -> Option<i128> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| i128::try_from(d.as_nanos()).ok())
+}
+
 /// Size and version of a stored value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectMeta {

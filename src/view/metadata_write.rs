@@ -14,7 +14,8 @@
 //!   lookup in between can see it unsharded.
 //!
 //! A document the store cannot express is refused with a log line naming the key and why, and
-//! nothing is stored.
+//! nothing is stored. What a stored `zarr.json` says the directory is, is known from the bytes
+//! stored: the view does not read it back.
 
 use std::collections::HashMap;
 
@@ -102,9 +103,16 @@ impl View {
             Some(("group", doc)) => self.translate_group_doc(dir, &key, doc, written).await?,
             _ => written,
         };
-        let stored = self.set_if(&key, bytes, condition).await;
-        self.nodes.forget(dir);
-        stored
+        match self.set_if(&key, bytes.clone(), condition).await {
+            Ok(version) if !self.nodes.ttl().is_zero() && matches!(self.draft_layout().await, Ok(None)) => {
+                self.nodes.stored(dir, &key, bytes, version);
+                Ok(())
+            }
+            stored => {
+                self.nodes.forget(dir);
+                stored.map(drop)
+            }
+        }
     }
 
     /// An array at `dir` is being created through the mount with sharding: shown as stored.

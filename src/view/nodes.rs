@@ -32,7 +32,7 @@ use crate::shard::{IndexCache, ShardOptions, ShardedArray};
 use crate::store::key::dir_prefix;
 use crate::store::prefetch::{first_use, PrefetchStats};
 use crate::store::single_flight::Flights;
-use crate::store::{Store, StoreError, Version};
+use crate::store::{GetResult, ObjectMeta, Store, StoreError, Version};
 use crate::zarr::draft::DraftLayout;
 
 /// How many directories' node kinds are remembered.
@@ -194,6 +194,31 @@ impl NodeCache {
                 version,
                 checked_at: Instant::now(),
                 prefetched: crate::store::prefetch::prefetching(),
+            },
+        );
+    }
+
+    /// `dir`'s document `key` was just stored through the mount as `bytes`, at `version`: its
+    /// kind is what they say, cached as if read (a client writing a node and then its chunks
+    /// would otherwise make the view read back each document it wrote).
+    pub fn stored(&self, dir: &str, key: &str, bytes: Bytes, version: Version) {
+        let meta = ObjectMeta {
+            size: bytes.len() as u64,
+            version: version.clone(),
+            mtime_ns: crate::store::now_ns(),
+        };
+        let info = self.load(dir, key, &GetResult { bytes, offset: 0, meta });
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        // Answers read before it are of the document it replaced: not cached.
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        entries.put(
+            dir.to_string(),
+            Cached {
+                info,
+                key: key.to_string(),
+                version: Some(version),
+                checked_at: Instant::now(),
+                prefetched: false,
             },
         );
     }

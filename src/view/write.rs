@@ -16,7 +16,7 @@ use super::target::{Dest, Target};
 use super::types::Source;
 use super::{Node, View, ViewError};
 use crate::store::key::dir_prefix;
-use crate::store::{Precondition, StoreError};
+use crate::store::{Precondition, StoreError, Version};
 
 /// What making a directory did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,13 +61,13 @@ impl View {
         if let Some(dir) = draft_array {
             self.nodes.forget(&dir);
         }
-        stored
+        stored.map(drop)
     }
 
     /// `set_if` of the store, where a refused `Absent` is [`ViewError::Exists`]. A store that
     /// cannot write conditionally (plain HTTP) is asked whether the key is there first: as far
-    /// as it can tell.
-    pub(super) async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> Result<(), ViewError> {
+    /// as it can tell. Returns the version stored.
+    pub(super) async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> Result<Version, ViewError> {
         let absent = matches!(condition, Precondition::Absent);
         let written = match self.store.set_if(key, value.clone(), condition).await {
             Err(StoreError::Unsupported(_)) if absent => match self.store.head(key).await? {
@@ -77,7 +77,7 @@ impl View {
             other => other,
         };
         match written {
-            Ok(_) => Ok(()),
+            Ok(version) => Ok(version),
             Err(StoreError::Conflict { .. }) if absent => Err(ViewError::Exists(key.to_string())),
             Err(e) => Err(e.into()),
         }

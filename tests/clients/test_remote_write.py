@@ -127,3 +127,35 @@ def test_zarr_pythons_temporary_files_are_held_until_renamed_and_stored_once(rem
     names = sorted(p.relative_to(stored).as_posix() for p in stored.rglob("*") if p.is_file())
     assert names == sorted(["plain/zarr.json"] + [f"plain/c/{i}/{j}" for i in range(3) for j in range(2)])
     assert_same_array(READERS["zarr-python"](stored / "plain"), data, "the bucket")
+
+
+def test_xarray_writing_a_dataset_and_over_it_asks_the_store_for_its_writes_only(remote_view, remote, tmp_path):
+    """xarray's `to_zarr` into an S3 mount, new and again over it (mode "w": zarr-python removes
+    the old tree file by file first), through the default mount. The mount knows what it wrote:
+    a directory it made holds only what it wrote there, a file it stored has the version the
+    store gave it, a node's `zarr.json` says what the node is, and a file removed goes from the
+    listings kept. So besides the writes, the only requests are zarr-python's reads of the group
+    document it wrote (before each variable): no lookup, no listing. It made 95 HEADs and 46
+    listings before."""
+    import xarray as xr
+    prefix = f"{remote.run}/xarray"
+    view = remote_view("s3", prefix=prefix)
+    t, y, x = 4, 6, 5
+    ds = xr.Dataset({"temp": (("t", "y", "x"), np.arange(t * y * x, dtype="f4").reshape(t, y, x)),
+                     "mask": (("y", "x"), np.ones((y, x), dtype="u1"))},
+                    coords={"t": np.arange(t), "y": np.arange(y, dtype="f8"), "x": np.arange(x, dtype="f8")})
+    files = 1 + 5 * 2  # the group's zarr.json; each of 5 variables: its zarr.json and one chunk
+    for step in ("new", "over it"):
+        before = stats(view)
+        ds.to_zarr(view.path("ds.zarr"), mode="w", consolidated=False)
+        counts = delta(before, stats(view))
+        assert (counts["head"], counts["list_dir"]) == (0, 0), f"{step}: no lookup, no listing: {counts}"
+        assert counts["get"] <= 5 + 1, f"{step}: reads of the group document only: {counts}"
+        assert counts["erase"] == (0 if step == "new" else files), f"{step}: {counts}"
+        back = xr.open_zarr(view.path("ds.zarr"), consolidated=False, chunks=None).load()
+        assert back.identical(ds), f"{step}: read back through the mount"
+    view.stop()
+    stored = download_tree("s3", prefix, tmp_path / "bucket")
+    names = sorted(p.relative_to(stored).as_posix() for p in stored.rglob("*") if p.is_file())
+    assert len(names) == files and not [n for n in names if n.endswith(".partial")], names
+    assert xr.open_zarr(stored / "ds.zarr", consolidated=False, chunks=None).load().identical(ds), "the bucket"

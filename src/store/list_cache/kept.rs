@@ -123,11 +123,7 @@ impl Listings<DirEntry> {
     /// is kept (in name order; in place of an entry of the file it replaces).
     pub(super) fn add_file(&mut self, prefix: &str, name: &str, size: u64) {
         let Some(kept) = self.kept.peek_mut(prefix) else { return };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .and_then(|d| i128::try_from(d.as_nanos()).ok());
-        let entry = DirEntry::file(name, size, now);
+        let entry = DirEntry::file(name, size, crate::store::now_ns());
         let entries = Arc::make_mut(&mut kept.value);
         match entries.iter().position(|e| e.name == name && e.kind != EntryKind::Dir) {
             Some(at) => entries[at] = entry,
@@ -139,14 +135,34 @@ impl Listings<DirEntry> {
         }
     }
 
+    /// Take `name` (a directory if `dir`, else a file) out of the listing of `prefix` if one
+    /// taken less than `ttl` ago is kept: then whether it is left empty (an older one is
+    /// dropped: `None`).
+    pub(super) fn remove(&mut self, prefix: &str, name: &str, dir: bool, ttl: Duration) -> Option<bool> {
+        let kept = self.kept.peek_mut(prefix)?;
+        if kept.at.elapsed() >= ttl {
+            self.drop(prefix);
+            return None;
+        }
+        let entries = Arc::make_mut(&mut kept.value);
+        let before = entries.len();
+        entries.retain(|e| !(e.name == name && (e.kind == EntryKind::Dir) == dir));
+        let left = entries.len();
+        self.entries -= before - left;
+        Some(left == 0)
+    }
+
     /// Show directory `name` in the kept listing of `prefix`, if one is kept (in name order).
-    pub(super) fn add_dir(&mut self, prefix: &str, name: &str) {
-        let Some(kept) = self.kept.peek_mut(prefix) else { return };
+    /// Returns when that listing was taken if it did not show the directory: nothing lay below
+    /// it then.
+    pub(super) fn add_dir(&mut self, prefix: &str, name: &str) -> Option<Instant> {
+        let kept = self.kept.peek_mut(prefix)?;
         if kept.value.iter().any(|e| e.name == name && e.kind == EntryKind::Dir) {
-            return;
+            return None;
         }
         let at = kept.value.partition_point(|e| e.name.as_str() < name);
         Arc::make_mut(&mut kept.value).insert(at, DirEntry::dir(name));
         self.entries += 1;
+        Some(kept.at)
     }
 }

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use super::invalidating::invalidating_store;
 use super::prefetch::PrefetchStats;
 use super::single_flight::Flights;
-use super::{Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Store, StoreResult};
+use super::{Capabilities, DirEntry, EntryKind, GetOptions, GetResult, ObjectMeta, Store, StoreResult, Version};
 
 mod kept;
 use kept::{Listings, State};
@@ -203,9 +203,12 @@ impl ListCache {
     /// in place rather than dropped: its directory's shows it (with this size, and now for its
     /// time), each directory above shows the next one down. So the listing of an empty array's
     /// chunk root stays true while its shards are written, and (see `listed`) a shard not
-    /// written yet costs no request, nor does a commit's read of it.
-    fn created(&self, key: &str, stored: Option<u64>) {
-        let Some(size) = stored.filter(|_| !key.is_empty() && !key.ends_with('/')) else {
+    /// written yet costs no request, nor does a commit's read of it. A directory that a kept
+    /// complete listing did not show holds only what is written there since: its listing is
+    /// kept as of that one, so the lookups of names not written there yet (a client's
+    /// temporary files, the documents it probes for) cost no request either.
+    fn created(&self, key: &str, stored: Option<(u64, &Version)>) {
+        let Some((size, _)) = stored.filter(|_| !key.is_empty() && !key.ends_with('/')) else {
             return self.changed(key);
         };
         let mut state = self.state();
@@ -215,8 +218,53 @@ impl ListCache {
             .collect();
         for (i, dir) in dirs.iter().enumerate() {
             match dirs.get(i + 1) {
-                Some(next) => state.dirs.add_dir(dir, next[dir.len()..].trim_end_matches('/')),
+                Some(next) => {
+                    let new_dir = state.dirs.add_dir(dir, next[dir.len()..].trim_end_matches('/'));
+                    if let Some(listed_at) = new_dir.filter(|_| self.complete) {
+                        if state.dirs.kept.peek(*next).is_none() {
+                            state.dirs.put(next, listed_at, Vec::new());
+                        }
+                    }
+                }
                 None => state.dirs.add_file(dir, &key[dir.len()..], size),
+            }
+        }
+        state.drop_prefixes_covering(key);
+    }
+
+    /// The value at `key` is erased, or the directory prefix `key` (ending in `/`) with all
+    /// below it (`gone`: the erase succeeded; a failed one may have changed anything: as
+    /// [`changed`](Self::changed)). Kept listings are brought up to date in place: its
+    /// directory's no longer shows it, and a directory whose kept listing is left empty no
+    /// longer shows in the one above (an object store keeps no directories), and so on up.
+    /// Where a directory's listing is not kept, whether it is left empty is not known: the
+    /// listings above it are dropped. So a client removing a tree file by file (`rm -r`,
+    /// zarr-python's `rmtree`) is answered from what it listed, not by requests per name.
+    fn erased(&self, key: &str, gone: bool) {
+        if !gone || key.is_empty() {
+            return self.changed(key);
+        }
+        let mut state = self.state();
+        state.generation += 1;
+        if key.ends_with('/') {
+            state.dirs.drop_below(key);
+            state.prefixes.drop_below(key);
+        }
+        let (mut path, mut dir) = (key.trim_end_matches('/'), key.ends_with('/'));
+        loop {
+            let (parent, name) = match path.rfind('/') {
+                Some(i) => (&path[..=i], &path[i + 1..]),
+                None => ("", path),
+            };
+            match state.dirs.remove(parent, name, dir, self.ttl) {
+                Some(true) if !parent.is_empty() => (path, dir) = (parent.trim_end_matches('/'), true),
+                Some(_) => break,
+                None => {
+                    for above in std::iter::once("").chain(path.match_indices('/').map(|(i, _)| &path[..=i])) {
+                        state.dirs.drop(above);
+                    }
+                    break;
+                }
             }
         }
         state.drop_prefixes_covering(key);

@@ -266,9 +266,95 @@ async fn a_value_written_is_added_to_the_listings_kept_and_an_erase_drops_them()
     cache.set("a/q/0", Bytes::from_static(b"new")).await.unwrap();
     assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["b", "c", "q"]);
     assert!(cache.get("a/q/0", GetOptions::default()).await.unwrap().is_some());
-    // An erase drops every listing above (a directory may vanish with its last value).
+    // An erase takes the value out of its directory's kept listing; a directory left empty
+    // goes from the one above, and so on up.
+    let before = counting.counts();
     cache.erase("a/b/2").await.unwrap();
-    let before = counting.counts().list_dir;
+    assert_eq!(names(&cache.list_dir("a/b/").await.unwrap()), ["0", "1"]);
+    cache
+        .erase_values(&["a/b/0".to_string(), "a/b/1".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["c", "q"]);
+    assert!(!cache.dir_exists("a/b/").await.unwrap());
+    assert!(cache.head("a/b/0").await.unwrap().is_none());
+    cache.erase_if("a/q/0", Precondition::Any).await.unwrap();
+    cache.erase("a/c").await.unwrap();
+    assert!(cache.list_dir("a/").await.unwrap().is_empty());
+    assert!(!names(&cache.list_dir("").await.unwrap()).contains(&"a"));
+    let after = counting.counts();
+    assert_eq!(
+        (after.list_dir, after.head),
+        (before.list_dir, before.head),
+        "all answered from what was kept"
+    );
+    // Where a directory's listing is not kept, whether it is left empty is not known: the
+    // listings above it are dropped (x/ is not kept: the root's listing goes).
+    cache.erase("x/0").await.unwrap();
     cache.list_dir("").await.unwrap();
-    assert_eq!(counting.counts().list_dir, before + 1);
+    assert_eq!(counting.counts().list_dir, before.list_dir + 1);
+}
+
+#[tokio::test]
+async fn a_directory_a_write_makes_is_listed_as_holding_only_what_is_written_there() {
+    let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
+    cache.list_dir("a/").await.unwrap(); // b/ and c: no n/
+    cache.set("a/n/m/zarr.json", Bytes::from_static(b"{}")).await.unwrap();
+    let before = counting.counts();
+    assert!(cache.head("a/n/m/zarr.0123.partial").await.unwrap().is_none());
+    assert!(cache.head("a/n/zarr.json").await.unwrap().is_none());
+    assert!(!cache.dir_exists("a/n/m/c/").await.unwrap());
+    assert_eq!(names(&cache.list_dir("a/n/").await.unwrap()), ["m"]);
+    let listed = cache.list_dir("a/n/m/").await.unwrap();
+    assert_eq!(names(&listed), ["zarr.json"]);
+    assert_eq!(listed[0].kind, EntryKind::File { size: 2 });
+    let after = counting.counts();
+    assert_eq!(
+        (after.head, after.list_dir, after.get),
+        (before.head, before.list_dir, before.get),
+        "a/n/ was not in a/'s listing: it holds only a/n/m/zarr.json, nothing sent"
+    );
+    let got = cache.get("a/n/m/zarr.json", GetOptions::default()).await.unwrap();
+    assert_eq!(got.map(|g| g.bytes), Some(Bytes::from_static(b"{}")));
+    cache.set("a/n/m/c/0", Bytes::from_static(b"0")).await.unwrap();
+    assert_eq!(names(&cache.list_dir("a/n/m/").await.unwrap()), ["c", "zarr.json"]);
+    assert_eq!(names(&cache.list_dir("a/n/m/c/").await.unwrap()), ["0"]);
+    assert_eq!(counting.counts().list_dir, before.list_dir);
+
+    // A directory the listing showed already is not known whole: asked.
+    cache.set("a/b/2", Bytes::from_static(b"new")).await.unwrap();
+    let heads = counting.counts().head;
+    assert!(cache.head("a/b/x/y").await.unwrap().is_none());
+    assert_eq!(counting.counts().head, heads + 1);
+    // Nor under a listing that may leave names out.
+    let cache = cache.incomplete_listings();
+    cache.list_dir("x/").await.unwrap();
+    cache.set("x/new/zarr.json", Bytes::from_static(b"{}")).await.unwrap();
+    let heads = counting.counts().head;
+    assert!(cache.head("x/new/tmp").await.unwrap().is_none());
+    assert_eq!(counting.counts().head, heads + 1);
+}
+
+#[tokio::test]
+async fn a_directory_erased_whole_goes_from_the_listing_above() {
+    let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
+    for dir in ["", "a/", "a/b/"] {
+        cache.list_dir(dir).await.unwrap();
+    }
+    let before = counting.counts();
+    cache.erase_prefix("a/b/").await.unwrap();
+    assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["c"]);
+    assert!(!cache.dir_exists("a/b/").await.unwrap());
+    assert!(cache.head("a/b/0").await.unwrap().is_none());
+    assert_eq!(names(&cache.list_dir("").await.unwrap()), ["a", "x"]);
+    let after = counting.counts();
+    assert_eq!(
+        (after.list_dir, after.head),
+        (before.list_dir, before.head),
+        "answered from what was kept"
+    );
+    // The last name of a/ goes: so does a/, from the root's listing.
+    cache.erase("a/c").await.unwrap();
+    assert_eq!(names(&cache.list_dir("").await.unwrap()), ["x"]);
+    assert_eq!(counting.counts().list_dir, before.list_dir);
 }

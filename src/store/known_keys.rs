@@ -1,13 +1,21 @@
-//! Keys of a remote store found missing, kept for the metadata TTL.
+//! What a remote store holds at single keys, as far as the mount knows: keys found missing, and
+//! values the mount wrote (their size and version), kept for the metadata TTL.
 //!
 //! Lookups of names that do not exist are common (a client probing for `.zarray` next to
 //! `zarr.json`, a chunk whose shard was never written, a walk of a source that cannot be
 //! listed, where every directory is found by asking), and on a remote store each costs a
-//! request. This decorator remembers a `head` or `get` that found nothing, and a directory that
-//! does not exist, for the TTL (the same `--metadata-ttl` that bounds how long metadata,
-//! indexes and listings are trusted), at most [`MAX_MISSING`] names, least recently used first
-//! out. A write, erase or rename through the mount forgets what it touches; another writer's
-//! new key shows once the TTL has passed, as for metadata.
+//! request. So do lookups of what the mount has just written: the kernel looks a name up before
+//! a rename onto it or an unlink of it, an open confirms the version of what it opens, and
+//! zarr-python reads back the group document it wrote before each array it adds. The store's
+//! answer to the write said it already.
+//!
+//! This decorator remembers a `head` or `get` that found nothing, a directory that does not
+//! exist, and the size and version of a value written through it, for the TTL (the same
+//! `--metadata-ttl` that bounds how long metadata, indexes and listings are trusted), at most
+//! [`MAX_KEYS`] names of each, least recently used first out. Any other write, erase or rename
+//! through the mount forgets what it touches; another writer's change shows once the TTL has
+//! passed, as for metadata. A written value shows the mount's clock at the write as its time,
+//! as in the listings kept (`list_cache`), until the TTL has passed.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,32 +23,35 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 
 use super::invalidating::invalidating_store;
-use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult};
+use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult, Version};
 
-/// Names (keys, or directory prefixes ending in `/`) remembered as missing.
-const MAX_MISSING: usize = 1 << 16;
+/// Names (keys, or directory prefixes ending in `/`) remembered as missing, and keys
+/// remembered as written.
+const MAX_KEYS: usize = 1 << 16;
 
 #[derive(Debug)]
 struct State {
     missing: LruCache<String, Instant>,
+    written: LruCache<String, (ObjectMeta, Instant)>,
     /// Bumped by every write: a miss found while a write ran is not remembered.
     generation: u64,
 }
 
 #[derive(Debug)]
-pub struct MissingCache {
+pub struct KnownKeys {
     inner: Arc<dyn Store>,
     ttl: Duration,
     state: Mutex<State>,
 }
 
-impl MissingCache {
+impl KnownKeys {
     pub fn new(inner: Arc<dyn Store>, ttl: Duration) -> Self {
-        MissingCache {
+        KnownKeys {
             inner,
             ttl,
             state: Mutex::new(State {
                 missing: LruCache::unbounded(),
+                written: LruCache::unbounded(),
                 generation: 0,
             }),
         }
@@ -67,6 +78,19 @@ impl MissingCache {
         }
     }
 
+    /// What the mount wrote at `key` less than the TTL ago.
+    fn known_written(&self, key: &str) -> Option<ObjectMeta> {
+        let mut state = self.state();
+        match state.written.get(key) {
+            Some((meta, at)) if at.elapsed() < self.ttl => Some(meta.clone()),
+            Some(_) => {
+                state.written.pop(key);
+                None
+            }
+            None => None,
+        }
+    }
+
     /// Remember `name` as missing, unless a write came since the request `started`.
     fn remember(&self, name: &str, started: (Instant, u64)) {
         let mut state = self.state();
@@ -74,29 +98,52 @@ impl MissingCache {
             return;
         }
         state.missing.put(name.to_string(), started.0);
-        while state.missing.len() > MAX_MISSING {
+        while state.missing.len() > MAX_KEYS {
             state.missing.pop_lru();
         }
+    }
+
+    /// A value of `stored` bytes is written at `key`, at that version: remembered, after the
+    /// change (`None`: the write failed, and may have changed anything: as any change).
+    fn created(&self, key: &str, stored: Option<(u64, &Version)>) {
+        self.changed(key);
+        let Some((size, version)) = stored.filter(|_| !self.ttl.is_zero() && !key.ends_with('/')) else {
+            return;
+        };
+        let meta = ObjectMeta {
+            size,
+            version: version.clone(),
+            mtime_ns: super::now_ns(),
+        };
+        let mut state = self.state();
+        state.written.put(key.to_string(), (meta, Instant::now()));
+        while state.written.len() > MAX_KEYS {
+            state.written.pop_lru();
+        }
+    }
+
+    /// A value is erased at `key`: as any change.
+    fn erased(&self, key: &str, _gone: bool) {
+        self.changed(key);
     }
 
     /// A key (or a directory prefix, ending in `/`) changes: forget it and the directories
     /// above it; a whole directory prefix also forgets everything below it (one pass over the
     /// names kept, only then).
-    /// A value is written at `key`: as any change.
-    fn created(&self, key: &str, _stored: Option<u64>) {
-        self.changed(key);
-    }
-
     fn changed(&self, key: &str) {
         let mut state = self.state();
         state.generation += 1;
         state.missing.pop(key);
+        state.written.pop(key);
         for (i, _) in key.match_indices('/') {
             state.missing.pop(&key[..=i]);
         }
         if key.is_empty() || key.ends_with('/') {
             for name in crate::store::key::keys_under(&state.missing, key) {
                 state.missing.pop(&name);
+            }
+            for name in crate::store::key::keys_under(&state.written, key) {
+                state.written.pop(&name);
             }
         }
     }
@@ -121,7 +168,7 @@ impl MissingCache {
 
 invalidating_store! {
 #[deny(clippy::missing_trait_methods)]
-impl Store for MissingCache {
+impl Store for KnownKeys {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
@@ -130,7 +177,11 @@ impl Store for MissingCache {
         self.ask(key, self.inner.get(key, opts)).await
     }
 
+    /// A value the mount wrote is answered with the size and version the store gave it.
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
+        if let Some(meta) = self.known_written(key) {
+            return Ok(Some(meta));
+        }
         self.ask(key, self.inner.head(key)).await
     }
 
@@ -173,7 +224,7 @@ mod tests {
     #[tokio::test]
     async fn a_miss_is_asked_once_per_ttl_and_forgotten_on_write() {
         let counting = Arc::new(CountingStore::new(Arc::new(MemoryStore::new())));
-        let cache = MissingCache::new(counting.clone(), Duration::from_secs(60));
+        let cache = KnownKeys::new(counting.clone(), Duration::from_secs(60));
         for _ in 0..3 {
             assert!(cache.head("a/zarr.json").await.unwrap().is_none());
             assert!(cache.get("a/zarr.json", GetOptions::default()).await.unwrap().is_none());
@@ -208,10 +259,67 @@ mod tests {
         let got = cache.get("c", GetOptions::default()).await.unwrap().unwrap();
         assert_eq!(&got.bytes[..], b"theirs");
 
-        let short = MissingCache::new(counting.clone(), Duration::ZERO);
+        let short = KnownKeys::new(counting.clone(), Duration::ZERO);
         let before = counting.counts().head;
         assert!(short.head("z").await.unwrap().is_none());
         assert!(short.head("z").await.unwrap().is_none());
         assert_eq!(counting.counts().head - before, 2, "a TTL of 0 keeps nothing");
+    }
+
+    fn setup(ttl: Duration) -> (Arc<CountingStore>, KnownKeys) {
+        let counting = Arc::new(CountingStore::new(Arc::new(MemoryStore::new())));
+        let cache = KnownKeys::new(counting.clone(), ttl);
+        (counting, cache)
+    }
+
+    #[tokio::test]
+    async fn a_value_written_is_looked_up_without_a_request_for_the_ttl() {
+        let (counting, cache) = setup(Duration::from_millis(300));
+        let v1 = cache.set("a/zarr.json", Bytes::from_static(b"{}")).await.unwrap();
+        let v2 = cache
+            .set_if("a/c/0", Bytes::from_static(b"abc"), Precondition::Absent)
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            let meta = cache.head("a/zarr.json").await.unwrap().unwrap();
+            assert_eq!((meta.size, &meta.version), (2, &v1));
+            let meta = cache.head("a/c/0").await.unwrap().unwrap();
+            assert_eq!((meta.size, &meta.version), (3, &v2));
+        }
+        assert_eq!(counting.counts().head, 0);
+        // The store agrees with what was kept.
+        assert_eq!(counting.head("a/c/0").await.unwrap().unwrap().version, v2);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert!(cache.head("a/zarr.json").await.unwrap().is_some());
+        assert_eq!(counting.counts().head, 2, "asked again once the TTL has passed");
+    }
+
+    #[tokio::test]
+    async fn other_changes_forget_what_was_written() {
+        let (counting, cache) = setup(Duration::from_secs(600));
+        for key in ["a/0", "a/1", "a/b/2", "c"] {
+            cache.set(key, Bytes::from_static(b"x")).await.unwrap();
+        }
+        cache.erase("a/0").await.unwrap();
+        assert!(cache.head("a/0").await.unwrap().is_none());
+        cache.rename("a/1", "d").await.unwrap();
+        assert!(cache.head("a/1").await.unwrap().is_none());
+        assert_eq!(cache.head("d").await.unwrap().map(|m| m.size), Some(1));
+        cache.erase_prefix("a/").await.unwrap();
+        assert!(cache.head("a/b/2").await.unwrap().is_none());
+        assert_eq!(counting.counts().head, 4, "each asked");
+        // A failed conditional write may mean someone else wrote: forgotten.
+        let refused = cache.set_if("c", Bytes::from_static(b"yy"), Precondition::Absent).await;
+        assert!(refused.is_err());
+        assert_eq!(cache.head("c").await.unwrap().map(|m| m.size), Some(1));
+        assert_eq!(counting.counts().head, 5);
+    }
+
+    #[tokio::test]
+    async fn a_zero_ttl_keeps_nothing() {
+        let (counting, cache) = setup(Duration::ZERO);
+        cache.set("k", Bytes::from_static(b"x")).await.unwrap();
+        assert!(cache.head("k").await.unwrap().is_some());
+        assert_eq!(counting.counts().head, 1);
     }
 }
