@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # xarray writing a new dataset into an S3 mount, against the same write straight to the bucket:
-# `to_zarr(mode="w")` of a small dataset (4 variables of one chunk each: 15 files, unsharded,
-# zarr-python's defaults) into an empty prefix of a fresh mount (default options: journal),
-# then again over it, then read back with `open_zarr` and compared ("ok"). The reference row
-# `direct` is zarr-python's `ObjectStore` (obstore) on the same bucket. moto runs on
-# 127.0.0.1 (a private instance of scripts/servers.sh, port TOZARR_S3_PORT) behind
-# zarrfs-delay-proxy at each round trip of LATENCIES; rows are interleaved, the fastest of RUNS
-# kept. The mount rows show the daemon's store requests (zarrfs stats: get/head/put/erase/list).
+# `to_zarr(mode="w")` of a small dataset (2 variables and 3 coordinates of one chunk each, and
+# their group: 11 files, unsharded, zarr-python's defaults) into an empty prefix of a fresh
+# mount (default options: journal), then again over it, then read back with `open_zarr` and
+# compared ("ok"). The reference row `direct` is zarr-python's `ObjectStore` (obstore) on the
+# same bucket. moto runs on 127.0.0.1 (a private instance of scripts/servers.sh, port
+# TOZARR_S3_PORT) behind zarrfs-delay-proxy at each round trip of LATENCIES; rows are
+# interleaved, the fastest of RUNS kept. The mount rows show the daemon's store requests (zarrfs stats: get/head/put/erase/list).
 #
 # Usage: bench/bench_to_zarr.sh
 # Env:   ZARRFS_BIN         binary (default target/release/zarrfs)
