@@ -232,8 +232,8 @@ impl ListCache {
         state.drop_prefixes_covering(key);
     }
 
-    /// The value at `key` is erased, or the directory prefix `key` (ending in `/`) with all
-    /// below it (`gone`: the erase succeeded; a failed one may have changed anything: as
+    /// The value at `key` is erased, or the empty directory prefix `key` (ending in `/`)
+    /// removed (`gone`: it succeeded; a failed one may have changed anything: as
     /// [`changed`](Self::changed)). Kept listings are brought up to date in place: its
     /// directory's no longer shows it, and a directory whose kept listing is left empty no
     /// longer shows in the one above (an object store keeps no directories), and so on up.
@@ -241,7 +241,9 @@ impl ListCache {
     /// listings above it are dropped. So a client removing a tree file by file (`rm -r`,
     /// zarr-python's `rmtree`) is answered from what it listed, not by requests per name.
     fn erased(&self, key: &str, gone: bool) {
-        if !gone || key.is_empty() {
+        // A directory whose kept listing still shows something is not known to be gone (the
+        // store erased below it by itself, or the caller did not find it empty).
+        if !gone || key.is_empty() || (key.ends_with('/') && self.kept_dir(key).is_some_and(|k| !k.is_empty())) {
             return self.changed(key);
         }
         let mut state = self.state();

@@ -336,16 +336,18 @@ async fn a_directory_a_write_makes_is_listed_as_holding_only_what_is_written_the
 }
 
 #[tokio::test]
-async fn a_directory_erased_whole_goes_from_the_listing_above() {
+async fn a_directory_removed_goes_from_the_listing_above_when_it_is_known_empty() {
     let (counting, cache) = setup(Duration::from_secs(600), MAX_ENTRIES).await;
     for dir in ["", "a/", "a/b/"] {
         cache.list_dir(dir).await.unwrap();
     }
+    // A directory made by the mount (an object store keeps none), emptied, removed.
+    cache.set("a/n/0", Bytes::from_static(b"x")).await.unwrap();
+    cache.erase("a/n/0").await.unwrap();
     let before = counting.counts();
-    cache.erase_prefix("a/b/").await.unwrap();
-    assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["c"]);
-    assert!(!cache.dir_exists("a/b/").await.unwrap());
-    assert!(cache.head("a/b/0").await.unwrap().is_none());
+    cache.remove_dir("a/n/").await.unwrap();
+    assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["b", "c"]);
+    assert!(!cache.dir_exists("a/n/").await.unwrap());
     assert_eq!(names(&cache.list_dir("").await.unwrap()), ["a", "x"]);
     let after = counting.counts();
     assert_eq!(
@@ -353,8 +355,76 @@ async fn a_directory_erased_whole_goes_from_the_listing_above() {
         (before.list_dir, before.head),
         "answered from what was kept"
     );
+    // A directory whose kept listing still shows names is not known to be gone: the listings
+    // above it are dropped (erase_prefix erases below it in the store itself).
+    cache.erase_prefix("a/b/").await.unwrap();
+    assert_eq!(names(&cache.list_dir("a/").await.unwrap()), ["c"]);
+    assert_eq!(counting.counts().list_dir, before.list_dir + 1);
     // The last name of a/ goes: so does a/, from the root's listing.
+    cache.list_dir("").await.unwrap();
+    let lists = counting.counts().list_dir;
     cache.erase("a/c").await.unwrap();
     assert_eq!(names(&cache.list_dir("").await.unwrap()), ["x"]);
-    assert_eq!(counting.counts().list_dir, before.list_dir);
+    assert_eq!(counting.counts().list_dir, lists);
+}
+
+/// The mount's own writes, erases and removals of directories, mixed at random with lookups and
+/// listings: with no other writer, what the kept listings and known keys answer is always what
+/// the store holds (names, kinds, sizes, versions, bytes), whatever was kept or updated in place.
+#[tokio::test]
+async fn a_random_mix_of_the_mounts_own_changes_and_lookups_always_agrees_with_the_store() {
+    use crate::store::known_keys::KnownKeys;
+    const DIRS: [&str; 6] = ["", "a/", "a/b/", "a/b/c/", "d/", "d/e/"];
+    const NAMES: [&str; 3] = ["0", "zarr.json", "x.0123456789abcdef0123456789abcdef.partial"];
+    for seed in 1..=40u64 {
+        let memory = Arc::new(MemoryStore::new());
+        let cache = ListCache::new(
+            Arc::new(KnownKeys::new(memory.clone(), Duration::from_secs(600))),
+            Duration::from_secs(600),
+        );
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        for step in 0..400 {
+            let dir = DIRS[next(DIRS.len())];
+            let key = format!("{dir}{}", NAMES[next(NAMES.len())]);
+            let at = format!("seed {seed} step {step}");
+            match next(10) {
+                0 | 1 => {
+                    let value = Bytes::from(vec![b'v'; next(5)]);
+                    cache.set(&key, value).await.unwrap();
+                }
+                2 => cache.erase(&key).await.unwrap(),
+                3 if !dir.is_empty() && memory.list_prefix(dir).await.unwrap().is_empty() => {
+                    cache.remove_dir(dir).await.unwrap()
+                }
+                3 if !dir.is_empty() && next(4) == 0 => cache.erase_prefix(dir).await.unwrap(),
+                4 | 5 => {
+                    let got = cache.list_dir(dir).await.unwrap();
+                    let want = memory.list_dir(dir).await.unwrap();
+                    let kinds = |l: &[DirEntry]| l.iter().map(|e| (e.name.clone(), e.kind.clone())).collect::<Vec<_>>();
+                    assert_eq!(kinds(&got), kinds(&want), "{at}: list_dir({dir:?})");
+                }
+                6 | 7 => {
+                    let got = cache.head(&key).await.unwrap().map(|m| (m.size, m.version));
+                    let want = memory.head(&key).await.unwrap().map(|m| (m.size, m.version));
+                    assert_eq!(got, want, "{at}: head({key:?})");
+                }
+                8 => {
+                    let got = cache.get(&key, GetOptions::default()).await.unwrap().map(|g| g.bytes);
+                    let want = memory.get(&key, GetOptions::default()).await.unwrap().map(|g| g.bytes);
+                    assert_eq!(got, want, "{at}: get({key:?})");
+                }
+                _ => {
+                    let got = cache.dir_exists(dir).await.unwrap();
+                    let want = memory.dir_exists(dir).await.unwrap();
+                    assert_eq!(got, want, "{at}: dir_exists({dir:?})");
+                }
+            }
+        }
+    }
 }
