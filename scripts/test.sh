@@ -2,7 +2,7 @@
 # Every test: formatting and lints, Rust unit/property/fs-layer/mount tests, then the
 # real-client suite (zarr-python and tensorstore write fixtures, mount them, judge the view),
 # which includes zarr-python's own test machinery through mounts with zarr 3.1 and 3.4
-# (tests/clients/test_zarr_suites.py) and the Zarr tests of xarray and dask through a mount
+# (tests/clients/test_zarr_suites.py) and the Zarr tests of xarray and dask through a local and an S3 mount
 # (tests/clients/test_client_suites.py); then the client reads, writes and xarray again with the
 # newest zarr-python (3.4, .venv-zarr34).
 # Installs what it needs (scripts/setup.sh). Run as root (FUSE mounts).

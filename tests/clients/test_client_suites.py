@@ -1,5 +1,6 @@
 """The Zarr tests of xarray and dask, as installed in each client venv, with every store they
-make in a writable mount of an empty local directory: TMPDIR (where xarray's `create_tmp_file`
+make in a writable mount of an empty local directory (and, with the newest zarr-python, of an
+empty S3 prefix on moto): TMPDIR (where xarray's `create_tmp_file`
 puts its `.zarr` directories) and the child pytest's basetemp (`tmp_path`, `tmpdir`) are
 directories of the mount.
   - xarray: its Zarr backend tests (xarray/tests/test_backends.py) that store on disk. They
@@ -23,6 +24,7 @@ import pytest
 from conftest import REPO
 from helpers import mount_stats
 from junit import run_child
+from remote import remote, remote_view  # noqa: F401 - fixtures
 
 VENVS = {"zarr3.1": REPO / ".venv", "zarr3.4": REPO / ".venv-zarr34"}
 # package: (its test directory, module, which of its tests run (by node id), tests that must
@@ -88,14 +90,23 @@ def summary(result: dict) -> str:
     return next((line for line in reversed(lines) if " passed" in line or " failed" in line), "(no summary)")
 
 
+# Where the mount's source is: an empty local directory with each venv; an empty S3 prefix
+# (moto; the default options: journal) with the newest zarr-python only, for CI's time.
+CASES = [(venv, package, "local") for venv in sorted(VENVS) for package in sorted(SUITES)] + \
+    [("zarr3.4", package, "s3") for package in sorted(SUITES)]
+
+
 @pytest.mark.timeout(2 * CHILD_TIMEOUT + 120)
-@pytest.mark.parametrize("package", sorted(SUITES))
-@pytest.mark.parametrize("venv", sorted(VENVS))
+@pytest.mark.parametrize("venv,package,source", CASES)
 def test_zarr_tests_of_a_client_fail_through_a_mount_only_where_they_fail_on_local_disk(
-        venv, package, mounter, tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    m = mounter(src)
+        venv, package, source, mounter, tmp_path, request):
+    if source == "local":
+        src = tmp_path / "src"
+        src.mkdir()
+        m = mounter(src)
+    else:
+        remote = request.getfixturevalue("remote")
+        m = request.getfixturevalue("remote_view")("s3", prefix=f"{remote.run}/client-suite-{venv}-{package}")
     mounted = run_suite(venv, package, m.path(package), tmp_path, "mount")
     assert mounted["code"] in (0, 1), f"the child pytest did not finish: {mounted['code']}\n" + \
         "\n".join(mounted["output"].splitlines()[-80:])
