@@ -9,9 +9,9 @@
 
 /// `invalidating_store! { #[attributes] impl Store for T { reads... } }`: the `Store` impl of a decorator
 /// with an `inner: Arc<dyn Store>` field, a `fn changed(&self, key: &str)`, a
-/// `fn created(&self, key: &str, stored: Option<(u64, &Version)>)` and a
+/// `fn created(&self, key: &str, stored: Option<(&Bytes, &Version)>)` and a
 /// `fn erased(&self, key: &str, gone: bool)`, its write methods forwarded and followed by
-/// `created` (a whole value written, which may be new; `stored`: its size and the version the
+/// `created` (a whole value written, which may be new; `stored`: the value and the version the
 /// store gave it, if the write succeeded), `erased` (a value removed, or a directory
 /// prefix with all below it; `gone`: if the erase succeeded) or `changed` (anything else).
 macro_rules! invalidating_store {
@@ -22,9 +22,9 @@ macro_rules! invalidating_store {
             $($reads)*
 
             async fn set(&self, key: &str, value: bytes::Bytes) -> $crate::store::StoreResult<$crate::store::Version> {
-                let size = value.len() as u64;
+                let written = value.clone();
                 let result = self.inner.set(key, value).await;
-                self.created(key, result.as_ref().ok().map(|version| (size, version)));
+                self.created(key, result.as_ref().ok().map(|version| (&written, version)));
                 result
             }
 
@@ -34,9 +34,9 @@ macro_rules! invalidating_store {
                 value: bytes::Bytes,
                 condition: $crate::store::Precondition,
             ) -> $crate::store::StoreResult<$crate::store::Version> {
-                let size = value.len() as u64;
+                let written = value.clone();
                 let result = self.inner.set_if(key, value, condition).await;
-                self.created(key, result.as_ref().ok().map(|version| (size, version)));
+                self.created(key, result.as_ref().ok().map(|version| (&written, version)));
                 result
             }
 

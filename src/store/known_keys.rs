@@ -10,9 +10,10 @@
 //! answer to the write said it already.
 //!
 //! This decorator remembers a `head` or `get` that found nothing, a directory that does not
-//! exist, and the size and version of a value written through it, for the TTL (the same
-//! `--metadata-ttl` that bounds how long metadata, indexes and listings are trusted), at most
-//! [`MAX_KEYS`] names of each, least recently used first out. Any other write, erase or rename
+//! exist, and the size and version of a value written through it (and its bytes when it is
+//! small: a document, not a shard: at most [`MAX_KEPT_VALUE`] each, [`MAX_KEPT_BYTES`] in
+//! all), for the TTL (the same `--metadata-ttl` that bounds how long metadata, indexes and
+//! listings are trusted), at most [`MAX_KEYS`] names of each, least recently used first out. Any other write, erase or rename
 //! through the mount forgets what it touches; another writer's change shows once the TTL has
 //! passed, as for metadata. A written value shows the mount's clock at the write as its time,
 //! as in the listings kept (`list_cache`), until the TTL has passed.
@@ -23,18 +24,41 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 
 use super::invalidating::invalidating_store;
-use super::{Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult, Version};
+use bytes::Bytes;
+
+use super::{ByteRange, Capabilities, DirEntry, GetOptions, GetResult, ObjectMeta, Store, StoreResult, Version};
 
 /// Names (keys, or directory prefixes ending in `/`) remembered as missing, and keys
 /// remembered as written.
 const MAX_KEYS: usize = 1 << 16;
+/// The largest value written whose bytes are kept, and the bytes kept in all.
+pub const MAX_KEPT_VALUE: usize = 64 << 10;
+pub const MAX_KEPT_BYTES: usize = 8 << 20;
+
+/// A value the mount wrote: what the store said of it, and its bytes if they are kept.
+#[derive(Debug)]
+struct Written {
+    meta: ObjectMeta,
+    bytes: Option<Bytes>,
+    at: Instant,
+}
 
 #[derive(Debug)]
 struct State {
     missing: LruCache<String, Instant>,
-    written: LruCache<String, (ObjectMeta, Instant)>,
+    written: LruCache<String, Written>,
+    /// Bytes of the values kept in `written`.
+    kept_bytes: usize,
     /// Bumped by every write: a miss found while a write ran is not remembered.
     generation: u64,
+}
+
+impl State {
+    fn forget_written(&mut self, key: &str) {
+        if let Some(old) = self.written.pop(key) {
+            self.kept_bytes -= old.bytes.as_ref().map_or(0, Bytes::len);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -52,6 +76,7 @@ impl KnownKeys {
             state: Mutex::new(State {
                 missing: LruCache::unbounded(),
                 written: LruCache::unbounded(),
+                kept_bytes: 0,
                 generation: 0,
             }),
         }
@@ -78,13 +103,13 @@ impl KnownKeys {
         }
     }
 
-    /// What the mount wrote at `key` less than the TTL ago.
-    fn known_written(&self, key: &str) -> Option<ObjectMeta> {
+    /// What the mount wrote at `key` less than the TTL ago, and its bytes if they are kept.
+    fn known_written(&self, key: &str) -> Option<(ObjectMeta, Option<Bytes>)> {
         let mut state = self.state();
         match state.written.get(key) {
-            Some((meta, at)) if at.elapsed() < self.ttl => Some(meta.clone()),
+            Some(w) if w.at.elapsed() < self.ttl => Some((w.meta.clone(), w.bytes.clone())),
             Some(_) => {
-                state.written.pop(key);
+                state.forget_written(key);
                 None
             }
             None => None,
@@ -103,22 +128,28 @@ impl KnownKeys {
         }
     }
 
-    /// A value of `stored` bytes is written at `key`, at that version: remembered, after the
-    /// change (`None`: the write failed, and may have changed anything: as any change).
-    fn created(&self, key: &str, stored: Option<(u64, &Version)>) {
+    /// The value `stored` is written at `key`, at that version: remembered, after the change
+    /// (`None`: the write failed, and may have changed anything: as any change).
+    fn created(&self, key: &str, stored: Option<(&Bytes, &Version)>) {
         self.changed(key);
-        let Some((size, version)) = stored.filter(|_| !self.ttl.is_zero() && !key.ends_with('/')) else {
+        let Some((value, version)) = stored.filter(|_| !self.ttl.is_zero() && !key.ends_with('/')) else {
             return;
         };
-        let meta = ObjectMeta {
-            size,
-            version: version.clone(),
-            mtime_ns: super::now_ns(),
+        let written = Written {
+            meta: ObjectMeta {
+                size: value.len() as u64,
+                version: version.clone(),
+                mtime_ns: super::now_ns(),
+            },
+            bytes: (value.len() <= MAX_KEPT_VALUE).then(|| value.clone()),
+            at: Instant::now(),
         };
         let mut state = self.state();
-        state.written.put(key.to_string(), (meta, Instant::now()));
-        while state.written.len() > MAX_KEYS {
-            state.written.pop_lru();
+        state.kept_bytes += written.bytes.as_ref().map_or(0, Bytes::len);
+        state.written.put(key.to_string(), written);
+        while state.written.len() > MAX_KEYS || state.kept_bytes > MAX_KEPT_BYTES {
+            let Some((_, old)) = state.written.pop_lru() else { break };
+            state.kept_bytes -= old.bytes.as_ref().map_or(0, Bytes::len);
         }
     }
 
@@ -134,7 +165,7 @@ impl KnownKeys {
         let mut state = self.state();
         state.generation += 1;
         state.missing.pop(key);
-        state.written.pop(key);
+        state.forget_written(key);
         for (i, _) in key.match_indices('/') {
             state.missing.pop(&key[..=i]);
         }
@@ -143,7 +174,7 @@ impl KnownKeys {
                 state.missing.pop(&name);
             }
             for name in crate::store::key::keys_under(&state.written, key) {
-                state.written.pop(&name);
+                state.forget_written(&name);
             }
         }
     }
@@ -173,13 +204,22 @@ impl Store for KnownKeys {
         self.inner.capabilities()
     }
 
+    /// A small value the mount wrote is answered from its bytes, unless the read is pinned to
+    /// another version.
     async fn get(&self, key: &str, opts: GetOptions) -> StoreResult<Option<GetResult>> {
+        if let Some((meta, Some(bytes))) = self.known_written(key) {
+            if opts.if_version.as_ref().is_none_or(|v| *v == meta.version) {
+                let (start, end) = opts.range.unwrap_or(ByteRange::Full).resolve(meta.size);
+                let bytes = bytes.slice(start as usize..end as usize);
+                return Ok(Some(GetResult { bytes, offset: start, meta }));
+            }
+        }
         self.ask(key, self.inner.get(key, opts)).await
     }
 
     /// A value the mount wrote is answered with the size and version the store gave it.
     async fn head(&self, key: &str) -> StoreResult<Option<ObjectMeta>> {
-        if let Some(meta) = self.known_written(key) {
+        if let Some((meta, _)) = self.known_written(key) {
             return Ok(Some(meta));
         }
         self.ask(key, self.inner.head(key)).await
@@ -321,5 +361,61 @@ mod tests {
         cache.set("k", Bytes::from_static(b"x")).await.unwrap();
         assert!(cache.head("k").await.unwrap().is_some());
         assert_eq!(counting.counts().head, 1);
+    }
+
+    #[tokio::test]
+    async fn a_small_value_written_is_read_from_its_bytes() {
+        let (counting, cache) = setup(Duration::from_secs(600));
+        let doc = Bytes::from_static(b"{\"node_type\": \"group\"}");
+        let v = cache.set("g/zarr.json", doc.clone()).await.unwrap();
+        let big = Bytes::from(vec![7u8; MAX_KEPT_VALUE + 1]);
+        cache.set("a/c/0", big.clone()).await.unwrap();
+        let whole = cache.get("g/zarr.json", GetOptions::default()).await.unwrap().unwrap();
+        assert_eq!(
+            (whole.bytes, whole.offset, whole.meta.version),
+            (doc.clone(), 0, v.clone())
+        );
+        let part = cache
+            .get(
+                "g/zarr.json",
+                GetOptions::range(ByteRange::Range {
+                    offset: 2,
+                    length: 1 << 20,
+                }),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((part.bytes, part.offset), (doc.slice(2..), 2));
+        let tail = cache
+            .get("g/zarr.json", GetOptions::range(ByteRange::Suffix(3)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(tail.bytes, doc.slice(doc.len() - 3..));
+        assert_eq!(counting.counts().get, 0, "the document's bytes were kept");
+        // A value larger than a document is read from the store.
+        assert_eq!(
+            cache.get("a/c/0", GetOptions::default()).await.unwrap().unwrap().bytes,
+            big
+        );
+        assert_eq!(counting.counts().get, 1);
+        // A read pinned to another version is the store's to answer.
+        let pinned = GetOptions {
+            range: None,
+            if_version: Some(Version("another".into())),
+        };
+        assert!(cache.get("g/zarr.json", pinned).await.is_err());
+        assert_eq!(counting.counts().get, 2);
+        // The bytes kept are bounded: the least recently written go first.
+        for i in 0..(MAX_KEPT_BYTES / MAX_KEPT_VALUE + 1) {
+            cache
+                .set(&format!("d/{i}"), Bytes::from(vec![0u8; MAX_KEPT_VALUE]))
+                .await
+                .unwrap();
+        }
+        assert!(cache.state().kept_bytes <= MAX_KEPT_BYTES);
+        cache.get("d/0", GetOptions::default()).await.unwrap();
+        assert_eq!(counting.counts().get, 3, "the first one's bytes went");
     }
 }

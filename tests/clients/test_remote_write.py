@@ -133,10 +133,10 @@ def test_xarray_writing_a_dataset_and_over_it_asks_the_store_for_its_writes_only
     """xarray's `to_zarr` into an S3 mount, new and again over it (mode "w": zarr-python removes
     the old tree file by file first), through the default mount. The mount knows what it wrote:
     a directory it made holds only what it wrote there, a file it stored has the version the
-    store gave it, a node's `zarr.json` says what the node is, and a file removed goes from the
-    listings kept. So besides the writes, the only requests are zarr-python's reads of the group
-    document it wrote (before each variable): no lookup, no listing. It made 95 HEADs and 46
-    listings before."""
+    store gave it (and a small one its bytes: zarr-python reads the group document it wrote
+    before each variable), a node's `zarr.json` says what the node is, and a file removed goes
+    from the listings kept. So the writes are the only requests: no lookup, listing or read.
+    The build before made 28 HEADs and 12 listings for the first write alone."""
     import xarray as xr
     prefix = f"{remote.run}/xarray"
     view = remote_view("s3", prefix=prefix)
@@ -149,8 +149,8 @@ def test_xarray_writing_a_dataset_and_over_it_asks_the_store_for_its_writes_only
         before = stats(view)
         ds.to_zarr(view.path("ds.zarr"), mode="w", consolidated=False)
         counts = delta(before, stats(view))
-        assert (counts["head"], counts["list_dir"]) == (0, 0), f"{step}: no lookup, no listing: {counts}"
-        assert counts["get"] <= 5 + 1, f"{step}: reads of the group document only: {counts}"
+        assert (counts["head"], counts["list_dir"], counts["get"]) == (0, 0, 0), \
+            f"{step}: no lookup, no listing, no read: {counts}"
         assert counts["erase"] == (0 if step == "new" else files), f"{step}: {counts}"
         back = xr.open_zarr(view.path("ds.zarr"), consolidated=False, chunks=None).load()
         assert back.identical(ds), f"{step}: read back through the mount"

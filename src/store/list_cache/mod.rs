@@ -207,8 +207,11 @@ impl ListCache {
     /// complete listing did not show holds only what is written there since: its listing is
     /// kept as of that one, so the lookups of names not written there yet (a client's
     /// temporary files, the documents it probes for) cost no request either.
-    fn created(&self, key: &str, stored: Option<(u64, &Version)>) {
-        let Some((size, _)) = stored.filter(|_| !key.is_empty() && !key.ends_with('/')) else {
+    fn created(&self, key: &str, stored: Option<(&bytes::Bytes, &Version)>) {
+        let Some(size) = stored
+            .filter(|_| !key.is_empty() && !key.ends_with('/'))
+            .map(|(v, _)| v.len() as u64)
+        else {
             return self.changed(key);
         };
         let mut state = self.state();

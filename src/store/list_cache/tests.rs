@@ -1,7 +1,7 @@
 use super::*;
 use crate::store::counting::CountingStore;
 use crate::store::memory::MemoryStore;
-use crate::store::Precondition;
+use crate::store::{ByteRange, Precondition};
 use bytes::Bytes;
 
 async fn setup(ttl: Duration, max_entries: usize) -> (Arc<CountingStore>, ListCache) {
@@ -395,7 +395,7 @@ async fn a_random_mix_of_the_mounts_own_changes_and_lookups_always_agrees_with_t
             let at = format!("seed {seed} step {step}");
             match next(10) {
                 0 | 1 => {
-                    let value = Bytes::from(vec![b'v'; next(5)]);
+                    let value = Bytes::from((0..next(6)).map(|i| b'a' + i as u8).collect::<Vec<u8>>());
                     cache.set(&key, value).await.unwrap();
                 }
                 2 => cache.erase(&key).await.unwrap(),
@@ -415,9 +415,18 @@ async fn a_random_mix_of_the_mounts_own_changes_and_lookups_always_agrees_with_t
                     assert_eq!(got, want, "{at}: head({key:?})");
                 }
                 8 => {
-                    let got = cache.get(&key, GetOptions::default()).await.unwrap().map(|g| g.bytes);
-                    let want = memory.get(&key, GetOptions::default()).await.unwrap().map(|g| g.bytes);
-                    assert_eq!(got, want, "{at}: get({key:?})");
+                    let range = match next(3) {
+                        0 => ByteRange::Full,
+                        1 => ByteRange::Range {
+                            offset: next(4) as u64,
+                            length: next(4) as u64,
+                        },
+                        _ => ByteRange::Suffix(next(4) as u64),
+                    };
+                    let got = cache.get(&key, GetOptions::range(range)).await.unwrap();
+                    let want = memory.get(&key, GetOptions::range(range)).await.unwrap();
+                    let seen = |g: Option<GetResult>| g.map(|g| (g.bytes, g.offset, g.meta.size, g.meta.version));
+                    assert_eq!(seen(got), seen(want), "{at}: get({key:?}, {range:?})");
                 }
                 _ => {
                     let got = cache.dir_exists(dir).await.unwrap();
