@@ -7,13 +7,14 @@
 //! how it reads. A macro rather than a generic wrapper: the decorators differ in every read
 //! method, and the impl must be one `#[async_trait]` block.
 
-/// `invalidating_store! { #[attributes] impl Store for T { reads... } }`: the `Store` impl of a decorator
-/// with an `inner: Arc<dyn Store>` field, a `fn changed(&self, key: &str)`, a
-/// `fn created(&self, key: &str, stored: Option<(&Bytes, &Version)>)` and a
-/// `fn erased(&self, key: &str, gone: bool)`, its write methods forwarded and followed by
+/// `invalidating_store! { #[attributes] impl Store for T { reads... } }`: the `Store` impl of a
+/// decorator with an `inner: Arc<dyn Store>` field and the methods `changed(&self, key: &str)`,
+/// `writing(&self, key: &str)`, `created(&self, key: &str, stored: Option<(&Bytes, &Version)>)`
+/// and `erased(&self, key: &str, gone: bool)`. Its write methods are forwarded and followed by
 /// `created` (a whole value written, which may be new; `stored`: the value and the version the
-/// store gave it, if the write succeeded), `erased` (a value removed, or a directory
-/// prefix with all below it; `gone`: if the erase succeeded) or `changed` (anything else).
+/// store gave it, if the write succeeded; `writing` is called before the write), `erased` (a
+/// value removed, or a directory prefix with all below it; `gone`: if the erase succeeded) or
+/// `changed` (anything else).
 macro_rules! invalidating_store {
     ($(#[$attr:meta])* impl Store for $decorator:ty { $($reads:tt)* }) => {
         #[async_trait::async_trait]
@@ -23,6 +24,7 @@ macro_rules! invalidating_store {
 
             async fn set(&self, key: &str, value: bytes::Bytes) -> $crate::store::StoreResult<$crate::store::Version> {
                 let written = value.clone();
+                self.writing(key);
                 let result = self.inner.set(key, value).await;
                 self.created(key, result.as_ref().ok().map(|version| (&written, version)));
                 result
@@ -35,6 +37,7 @@ macro_rules! invalidating_store {
                 condition: $crate::store::Precondition,
             ) -> $crate::store::StoreResult<$crate::store::Version> {
                 let written = value.clone();
+                self.writing(key);
                 let result = self.inner.set_if(key, value, condition).await;
                 self.created(key, result.as_ref().ok().map(|version| (&written, version)));
                 result

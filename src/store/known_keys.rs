@@ -18,6 +18,7 @@
 //! passed, as for metadata. A written value shows the mount's clock at the write as its time,
 //! as in the listings kept (`list_cache`), until the TTL has passed.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,10 @@ struct State {
     written: LruCache<String, Written>,
     /// Bytes of the values kept in `written`.
     kept_bytes: usize,
+    /// Writes under way, by key: how many, and whether anything else changed the key while
+    /// one was (then none of them is remembered: their answers may come in another order than
+    /// the store applied them).
+    writing: HashMap<String, (u32, bool)>,
     /// Bumped by every write: a miss found while a write ran is not remembered.
     generation: u64,
 }
@@ -77,6 +82,7 @@ impl KnownKeys {
                 missing: LruCache::unbounded(),
                 written: LruCache::unbounded(),
                 kept_bytes: 0,
+                writing: HashMap::new(),
                 generation: 0,
             }),
         }
@@ -128,11 +134,34 @@ impl KnownKeys {
         }
     }
 
-    /// The value `stored` is written at `key`, at that version: remembered, after the change
-    /// (`None`: the write failed, and may have changed anything: as any change).
+    /// A value is about to be written at `key`.
+    fn writing(&self, key: &str) {
+        let mut state = self.state();
+        let (count, contended) = state.writing.entry(key.to_string()).or_default();
+        *contended |= *count > 0;
+        *count += 1;
+    }
+
+    /// The value `stored` is written at `key`, at that version: remembered, after the change,
+    /// unless something else changed the key meanwhile (`None`: the write failed, and may have
+    /// changed anything: as any change).
     fn created(&self, key: &str, stored: Option<(&Bytes, &Version)>) {
+        let contended = {
+            let mut state = self.state();
+            match state.writing.get_mut(key) {
+                Some((count, contended)) => {
+                    let was = *contended;
+                    *count -= 1;
+                    if *count == 0 {
+                        state.writing.remove(key);
+                    }
+                    was
+                }
+                None => true,
+            }
+        };
         self.changed(key);
-        let Some((value, version)) = stored.filter(|_| !self.ttl.is_zero() && !key.ends_with('/')) else {
+        let Some((value, version)) = stored.filter(|_| !contended && !self.ttl.is_zero() && !key.ends_with('/')) else {
             return;
         };
         let written = Written {
@@ -164,6 +193,12 @@ impl KnownKeys {
     fn changed(&self, key: &str) {
         let mut state = self.state();
         state.generation += 1;
+        let whole_dir = key.is_empty() || key.ends_with('/');
+        for (name, (_, contended)) in state.writing.iter_mut() {
+            if name == key || (whole_dir && name.starts_with(key)) {
+                *contended = true;
+            }
+        }
         state.missing.pop(key);
         state.forget_written(key);
         for (i, _) in key.match_indices('/') {
@@ -417,5 +452,44 @@ mod tests {
         assert!(cache.state().kept_bytes <= MAX_KEPT_BYTES);
         cache.get("d/0", GetOptions::default()).await.unwrap();
         assert_eq!(counting.counts().get, 3, "the first one's bytes went");
+    }
+
+    #[tokio::test]
+    async fn writes_of_one_key_that_overlap_are_not_remembered() {
+        let memory = Arc::new(MemoryStore::new());
+        let plan = crate::store::fault::FaultPlan {
+            seed: 7,
+            max_latency: Duration::from_millis(30),
+            ..Default::default()
+        };
+        let slow = Arc::new(crate::store::fault::FaultStore::new(memory.clone(), plan));
+        let counting = Arc::new(CountingStore::new(slow));
+        let cache = KnownKeys::new(counting.clone(), Duration::from_secs(600));
+        let (a, b) = tokio::join!(
+            cache.set("k", Bytes::from_static(b"a")),
+            cache.set("k", Bytes::from_static(b"bb"))
+        );
+        a.unwrap();
+        b.unwrap();
+        let got = cache.head("k").await.unwrap().unwrap();
+        assert_eq!(
+            counting.counts().head,
+            1,
+            "their answers may come in another order than the store applied them"
+        );
+        assert_eq!(got.version, memory.head("k").await.unwrap().unwrap().version);
+        // An erase while a write is under way: neither is remembered.
+        let (a, b) = tokio::join!(cache.set("k", Bytes::from_static(b"c")), cache.erase("k"));
+        a.unwrap();
+        b.unwrap();
+        assert_eq!(
+            cache.head("k").await.unwrap().map(|m| m.size),
+            memory.head("k").await.unwrap().map(|m| m.size)
+        );
+        assert_eq!(counting.counts().head, 2);
+        // A write alone is remembered again.
+        let v = cache.set("k", Bytes::from_static(b"ddd")).await.unwrap();
+        assert_eq!(cache.head("k").await.unwrap().map(|m| m.version), Some(v));
+        assert_eq!(counting.counts().head, 2);
     }
 }

@@ -147,6 +147,17 @@ def remote_view(mounter, remote, monkeypatch):
     return mount
 
 
+def empty_mount(source: str, request, tmp_path: Path, name: str):
+    """A writable mount of an empty place: a new local directory (`local`), or the prefix
+    `name` of this run on moto (`s3`, the default options)."""
+    if source == "local":
+        src = tmp_path / "src"
+        src.mkdir()
+        return request.getfixturevalue("mounter")(src)
+    remote = request.getfixturevalue("remote")
+    return request.getfixturevalue("remote_view")("s3", prefix=f"{remote.run}/{name}")
+
+
 # ---------------------------------------------------------------------------------------------
 # reading buckets back, request counters
 

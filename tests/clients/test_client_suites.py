@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO
 from helpers import mount_stats
 from junit import run_child
-from remote import remote, remote_view  # noqa: F401 - fixtures
+from remote import empty_mount, remote, remote_view  # noqa: F401 - fixtures
 
 VENVS = {"zarr3.1": REPO / ".venv", "zarr3.4": REPO / ".venv-zarr34"}
 # package: (its test directory, module, which of its tests run (by node id), tests that must
@@ -99,14 +99,8 @@ CASES = [(venv, package, "local") for venv in sorted(VENVS) for package in sorte
 @pytest.mark.timeout(2 * CHILD_TIMEOUT + 120)
 @pytest.mark.parametrize("venv,package,source", CASES)
 def test_zarr_tests_of_a_client_fail_through_a_mount_only_where_they_fail_on_local_disk(
-        venv, package, source, mounter, tmp_path, request):
-    if source == "local":
-        src = tmp_path / "src"
-        src.mkdir()
-        m = mounter(src)
-    else:
-        remote = request.getfixturevalue("remote")
-        m = request.getfixturevalue("remote_view")("s3", prefix=f"{remote.run}/client-suite-{venv}-{package}")
+        venv, package, source, tmp_path, request):
+    m = empty_mount(source, request, tmp_path, f"client-suite-{venv}-{package}")
     mounted = run_suite(venv, package, m.path(package), tmp_path, "mount")
     assert mounted["code"] in (0, 1), f"the child pytest did not finish: {mounted['code']}\n" + \
         "\n".join(mounted["output"].splitlines()[-80:])

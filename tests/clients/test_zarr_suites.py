@@ -23,7 +23,7 @@ import pytest
 
 from conftest import REPO
 from junit import run_child
-from remote import remote, remote_view  # noqa: F401 - fixtures
+from remote import empty_mount, remote, remote_view  # noqa: F401 - fixtures
 
 SUITES_DIR = REPO / "tests" / "zarr_suites"
 VENVS = {"zarr3.1": REPO / ".venv", "zarr3.4": REPO / ".venv-zarr34"}
@@ -86,18 +86,11 @@ def test_zarr_suite_on_local_disk(venv, suite, tmp_path):
 @pytest.mark.parametrize("source", SOURCES)
 @pytest.mark.parametrize("suite", SUITES)
 @pytest.mark.parametrize("venv", sorted(VENVS))
-def test_zarr_suite_through_mount(venv, suite, source, mounter, tmp_path, request):
+def test_zarr_suite_through_mount(venv, suite, source, tmp_path, request):
     """The suite passes with its stores in a writable mount of an empty directory (local) or
     an empty S3 prefix (s3, default options: journal and write-back): zarr-python's stores
     cannot tell the mount from a local disk, and the mount stays up."""
-    if source == "local":
-        src = tmp_path / "src"
-        src.mkdir()
-        mount = mounter(src)
-    else:
-        remote = request.getfixturevalue("remote")
-        mount = request.getfixturevalue("remote_view")(
-            "s3", prefix=f"{remote.run}/zarr-suite-{venv}-{suite[:-3]}")
+    mount = empty_mount(source, request, tmp_path, f"zarr-suite-{venv}-{suite[:-3]}")
     root = mount.path("suite")
     result = run_suite(venv, suite, root, tmp_path, deselect=exceptions_for(source), source=source)
     assert result["code"] == 0, report(result)

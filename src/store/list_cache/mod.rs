@@ -198,6 +198,9 @@ impl ListCache {
         while state.entries() > self.max_entries && (state.dirs.drop_oldest() || state.prefixes.drop_oldest()) {}
     }
 
+    /// A value is about to be written at `key`: what is kept changes when it is written.
+    fn writing(&self, _key: &str) {}
+
     /// A value of `stored` bytes is written at `key` (`None`: the write failed, and may have
     /// changed anything: as [`changed`](Self::changed)). Kept listings are brought up to date
     /// in place rather than dropped: its directory's shows it (with this size, and now for its
