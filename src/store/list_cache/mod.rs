@@ -392,4 +392,6 @@ impl Store for ListCache {
 }
 
 #[cfg(test)]
+mod model_tests;
+#[cfg(test)]
 mod tests;
