@@ -33,6 +33,7 @@ fn reads_under_faults_return_one_committed_version_or_fail() {
                 truncate_percent: 10,
                 max_latency: Duration::from_micros(200),
                 replace_percent: 10,
+                ..Default::default()
             },
         ));
         for key in builds[0].files.keys().filter(|k| !k.ends_with("zarr.json")) {

@@ -1,4 +1,5 @@
-//! A store decorator that injects faults, for reliability tests: transient errors, latency,
+//! A store decorator that injects faults, for reliability tests: transient errors, latency
+//! (before an operation, and after a write before its answer),
 //! truncated bodies (a read that returns fewer bytes than its range), and changes of a value
 //! between two reads (another writer's new version, put in place just before a read). What it
 //! injects is counted, so a test can say how many faults its workload went through.
@@ -28,6 +29,9 @@ pub struct FaultPlan {
     pub truncate_percent: u64,
     /// Up to this much latency before an operation.
     pub max_latency: Duration,
+    /// Up to this much latency after a write is applied, before its answer: answers of
+    /// overlapping writes may come back in another order than the store applied them.
+    pub max_reply_latency: Duration,
     /// Before a read of a key with a replacement, the replacement is put in place.
     pub replace_percent: u64,
 }
@@ -88,6 +92,15 @@ impl FaultStore {
             ));
         }
         self.before(key).await
+    }
+
+    /// A write's answer, late by up to `max_reply_latency`.
+    async fn reply<T>(&self, answer: StoreResult<T>) -> StoreResult<T> {
+        if !self.plan.max_reply_latency.is_zero() {
+            let nanos = self.plan.max_reply_latency.as_nanos().max(1) as u64;
+            tokio::time::sleep(Duration::from_nanos(self.next() % nanos)).await;
+        }
+        answer
     }
 
     /// xorshift64*: enough for test faults, and the same sequence for the same seed.
@@ -160,22 +173,26 @@ impl Store for FaultStore {
 
     async fn set(&self, key: &str, value: Bytes) -> StoreResult<Version> {
         self.before_write(key).await?;
-        self.inner.set(key, value).await
+        let answer = self.inner.set(key, value).await;
+        self.reply(answer).await
     }
 
     async fn set_if(&self, key: &str, value: Bytes, condition: Precondition) -> StoreResult<Version> {
         self.before_write(key).await?;
-        self.inner.set_if(key, value, condition).await
+        let answer = self.inner.set_if(key, value, condition).await;
+        self.reply(answer).await
     }
 
     async fn erase(&self, key: &str) -> StoreResult<()> {
         self.before_write(key).await?;
-        self.inner.erase(key).await
+        let answer = self.inner.erase(key).await;
+        self.reply(answer).await
     }
 
     async fn erase_if(&self, key: &str, condition: Precondition) -> StoreResult<()> {
         self.before_write(key).await?;
-        self.inner.erase_if(key, condition).await
+        let answer = self.inner.erase_if(key, condition).await;
+        self.reply(answer).await
     }
 
     async fn list_prefix(&self, prefix: &str) -> StoreResult<Vec<String>> {

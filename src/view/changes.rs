@@ -142,6 +142,7 @@ impl NodeCache {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         self.generation.fetch_add(1, Ordering::SeqCst);
         entries.clear();
+        self.writes.disturb_all();
         self.index_cache.clear();
     }
 

@@ -103,9 +103,10 @@ impl View {
             Some(("group", doc)) => self.translate_group_doc(dir, &key, doc, written).await?,
             _ => written,
         };
+        let write = self.nodes.writing(dir);
         match self.set_if(&key, bytes.clone(), condition).await {
             Ok(version) if !self.nodes.ttl().is_zero() && matches!(self.draft_layout().await, Ok(None)) => {
-                self.nodes.stored(dir, &key, bytes, version);
+                self.nodes.stored(write, &key, bytes, version);
                 Ok(())
             }
             stored => {

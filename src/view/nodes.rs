@@ -25,6 +25,7 @@ use bytes::Bytes;
 use lru::LruCache;
 
 mod kinds;
+mod writes;
 
 pub use super::group_doc::GroupNode;
 use super::node_documents::Fetched;
@@ -34,6 +35,8 @@ use crate::store::prefetch::{first_use, PrefetchStats};
 use crate::store::single_flight::Flights;
 use crate::store::{GetResult, ObjectMeta, Store, StoreError, Version};
 use crate::zarr::draft::DraftLayout;
+pub use writes::NodeWrite;
+use writes::NodeWrites;
 
 /// How many directories' node kinds are remembered.
 const NODE_CACHE_ENTRIES: usize = 65_536;
@@ -95,6 +98,8 @@ pub struct NodeCache {
     flights: Flights,
     /// Bumped whenever entries are dropped: an answer read across it is not cached.
     pub(super) generation: AtomicU64,
+    /// Writes of documents through the mount in flight, by directory.
+    pub(super) writes: NodeWrites,
     pub(super) stats: Arc<PrefetchStats>,
 }
 
@@ -116,6 +121,7 @@ impl NodeCache {
             as_stored: Mutex::default(),
             flights: Flights::default(),
             generation: AtomicU64::new(0),
+            writes: NodeWrites::default(),
             stats,
         }
     }
@@ -198,21 +204,34 @@ impl NodeCache {
         );
     }
 
-    /// `dir`'s document `key` was just stored through the mount as `bytes`, at `version`: its
+    /// A write of `dir`'s document through the mount is starting; its answer goes to
+    /// [`stored`](Self::stored).
+    pub fn writing(&self, dir: &str) -> NodeWrite<'_> {
+        self.writes.begin(dir)
+    }
+
+    /// The document `key` of `write`'s directory was just stored as `bytes`, at `version`: its
     /// kind is what they say, cached as if read (a client writing a node and then its chunks
-    /// would otherwise make the view read back each document it wrote).
-    pub fn stored(&self, dir: &str, key: &str, bytes: Bytes, version: Version) {
+    /// would otherwise make the view read back each document it wrote). Unless the write was
+    /// disturbed (see [`writes`]): then the directory is forgotten, and read when next needed.
+    pub fn stored(&self, write: NodeWrite<'_>, key: &str, bytes: Bytes, version: Version) {
+        let dir = write.dir.clone();
         let meta = ObjectMeta {
             size: bytes.len() as u64,
             version: version.clone(),
             mtime_ns: crate::store::now_ns(),
         };
-        let info = self.load(dir, key, &GetResult { bytes, offset: 0, meta });
+        let info = self.load(&dir, key, &GetResult { bytes, offset: 0, meta });
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         // Answers read before it are of the document it replaced: not cached.
         self.generation.fetch_add(1, Ordering::SeqCst);
+        // Checked under the entries' lock, which a forget holds while it disturbs writes.
+        if write.disturbed() {
+            entries.pop(&dir);
+            return;
+        }
         entries.put(
-            dir.to_string(),
+            dir,
             Cached {
                 info,
                 key: key.to_string(),
@@ -228,6 +247,7 @@ impl NodeCache {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         self.generation.fetch_add(1, Ordering::SeqCst);
         entries.pop(dir);
+        self.writes.disturb(dir);
     }
 
     /// The kind of the directory `dir` (of a final hierarchy, or the root of any).
