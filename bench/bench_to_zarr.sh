@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# xarray writing a new dataset into an S3 mount, against the same write straight to the bucket:
+# Writing new unsharded data into an S3 mount, against the same write straight to the bucket.
+# xarray:
 # `to_zarr(mode="w")` of a small dataset (2 variables and 3 coordinates of one chunk each, and
 # their group: 11 files, unsharded, zarr-python's defaults) into an empty prefix of a fresh
 # mount (default options: journal), then again over it, then read back with `open_zarr` and
@@ -7,6 +8,10 @@
 # same bucket. moto runs on 127.0.0.1 (a private instance of scripts/servers.sh, port
 # TOZARR_S3_PORT) behind zarrfs-delay-proxy at each round trip of LATENCIES; rows are
 # interleaved, the fastest of RUNS kept. The mount rows show the daemon's store requests (zarrfs stats: get/head/put/erase/list).
+# cp -r: an unsharded array of 100 chunk files of 8 KiB and its zarr.json copied into the mount
+# (then `sync DIR` inside it, until the store holds them: column "stored"), against
+# `rclone copy` of the same tree to the bucket (its defaults: 4 transfers). The to_zarr rows
+# of the mount also show the time until the store holds what was written.
 #
 # Usage: bench/bench_to_zarr.sh
 # Env:   ZARRFS_BIN         binary (default target/release/zarrfs)
@@ -37,6 +42,7 @@ full_cleanup() {
     cleanup
 }
 trap full_cleanup EXIT
-ARGS=(--bin "$BIN" --proxy "$PROXY")
+ensure_rclone_and_aiohttp
+ARGS=(--bin "$BIN" --proxy "$PROXY" --rclone "$REPO/.venv/bin/rclone")
 [ -n "${ZARRFS_BIN_BEFORE:-}" ] && ARGS+=(--before "$ZARRFS_BIN_BEFORE")
 TOZARR_PYTHON="$PY" "$PY" "$REPO/bench/bench_to_zarr.py" run "$WORK" "${ARGS[@]}"

@@ -1,8 +1,9 @@
-//! How a mount uses its write journal (`journal/`): closed chunk files are made durable on
-//! local disk before `close()` returns, committed by write-back in batches, and found again
+//! How a mount uses its write journal (`journal/`): closed files that write-back defers (chunk
+//! files, and files stored as they are but metadata) are made durable on local disk before
+//! `close()` returns, committed by write-back in batches, and found again
 //! by the next mount after a crash.
 //!
-//! - A chunk file closed with changes (or renamed into place) under write-back has its
+//! - A file closed with changes (or renamed into place) that write-back defers has its
 //!   content appended to the journal, fsynced, while its content is locked: `close()` returns
 //!   once it is there. Its record is done when write-back commits it (`committed`).
 //! - A pending file removed, renamed away or replaced gets a removal record, so that a replay

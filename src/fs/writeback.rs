@@ -1,6 +1,8 @@
-//! Opt-in write-back (`--write-back-delay SECONDS`): chunk files are not committed when they
-//! are closed. Their bytes stay in the overlay (so reads, lookups and listings see them) and
-//! are committed shard by shard, each shard in one rewrite:
+//! Opt-in write-back (`--write-back-delay SECONDS`): closed files are not committed when they
+//! are closed: chunk files, and files stored as they are but metadata (`Target::may_defer`).
+//! Their bytes stay in the overlay (so reads, lookups and listings see them). A file stored as
+//! it is goes once it has waited the delay (many at once); chunks are committed shard by
+//! shard, each shard in one rewrite:
 //! - when a pending chunk has waited the delay and no chunk of its shard was closed for the
 //!   delay either (a shard being written is committed once its writer moves on), or after
 //!   8 delays however busy the shard,
@@ -78,16 +80,16 @@ const BUSY_RETRIES: u32 = 5000;
 impl Fs {
     /// Whether closing a file of this sink defers its commit.
     pub(super) fn defers(&self, sink: &Sink) -> bool {
-        self.writeback.is_some() && matches!(sink, Sink::Commit(t) if t.is_chunk())
+        self.writeback.is_some() && matches!(sink, Sink::Commit(t) if t.may_defer())
     }
 
-    /// A chunk file was closed with changes: leave it pending; wake the flusher if its batch
-    /// (its shard) is now complete.
+    /// A file was closed with changes: leave it pending; wake the flusher if its batch (a
+    /// chunk's shard) is now complete.
     pub(super) fn defer(&self, path: &str) {
         let Some(wb) = &self.writeback else { return };
         let batch = self.inodes.with_file(path, |w| {
             let Sink::Commit(target) = &w.sink else { return None };
-            if w.pending.is_some() || !target.is_chunk() {
+            if w.pending.is_some() || !target.may_defer() {
                 return None;
             }
             w.pending = Some(Instant::now());

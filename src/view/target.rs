@@ -2,7 +2,7 @@
 //!
 //! A [`Target`] is decided by the path's place ([`Located::target`](super::Located)) and is
 //! opaque to callers: they commit bytes to it through the view, ask whether it is metadata
-//! (shown as stored until accepted) or a chunk (whose commit may be deferred), and whether a
+//! (shown as stored until accepted), whether its commit may be deferred, and whether a
 //! file may keep its bytes as they are when it moves to another target. Chunk targets name the
 //! [`Batch`] they commit in: the shard that holds them, so a caller that defers commits can
 //! tell when a whole shard is waiting without knowing what a shard is.
@@ -46,6 +46,22 @@ impl Target {
     /// Whether this is an inner chunk (whose commits can be deferred and batched).
     pub fn is_chunk(&self) -> bool {
         matches!(self.0, Dest::Chunk { .. })
+    }
+
+    /// Whether a write-back mount may defer this target's commit: an inner chunk (batched by
+    /// its shard), or a file passed through as it is, unless it is JSON (a metadata document of
+    /// another format or layout, which the view may read from the store to place what is below
+    /// it, and which tells other readers what the files are: stored when closed, as
+    /// `zarr.json` is).
+    pub fn may_defer(&self) -> bool {
+        match &self.0 {
+            Dest::Chunk { .. } => true,
+            Dest::Stored { key } => {
+                let name = key.rsplit('/').next().unwrap_or(key);
+                !(name.ends_with(".json") || matches!(name, ".zarray" | ".zgroup" | ".zattrs" | ".zmetadata"))
+            }
+            Dest::ArrayDoc(_) | Dest::NodeDoc { .. } => false,
+        }
     }
 
     /// The batch a chunk target commits in; `None` for other targets (and chunks outside the

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 
 use super::locate::{At, Located};
 use super::target::{Dest, Target};
@@ -17,6 +18,9 @@ use super::types::Source;
 use super::{Node, View, ViewError};
 use crate::store::key::dir_prefix;
 use crate::store::{Precondition, StoreError, Version};
+
+/// How many files other than chunks [`View::commit_together`] stores at once.
+const TOGETHER: usize = 32;
 
 /// What making a directory did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,11 +88,12 @@ impl View {
     }
 
     /// Commit several files at once: chunks of one array are handed over together (one
-    /// rewrite per shard), other files one by one. Returns the indexes of the files committed
-    /// together with the outcome they share.
+    /// rewrite per shard), other files [`TOGETHER`] at a time (each is a request of its own to
+    /// the store). Returns the indexes of the files committed together with the outcome they
+    /// share.
     pub async fn commit_together(&self, files: Vec<(Target, Bytes)>) -> Vec<(Vec<usize>, Result<(), ViewError>)> {
         let mut arrays: HashMap<usize, (Arc<crate::shard::ShardedArray>, Vec<usize>, Vec<_>)> = HashMap::new();
-        let mut outcomes = Vec::new();
+        let mut others = Vec::new();
         for (i, (target, data)) in files.into_iter().enumerate() {
             match target.0 {
                 Dest::Chunk { node, coords } => {
@@ -98,9 +103,14 @@ impl View {
                     entry.1.push(i);
                     entry.2.push((coords, Some(data)));
                 }
-                dest => outcomes.push((vec![i], self.commit(&Target(dest), data).await)),
+                dest => others.push((i, Target(dest), data)),
             }
         }
+        let mut outcomes: Vec<_> = futures::stream::iter(others)
+            .map(|(i, target, data)| async move { (vec![i], self.commit(&target, data).await) })
+            .buffer_unordered(TOGETHER)
+            .collect()
+            .await;
         for (_, (array, indexes, chunks)) in arrays {
             let result = array.write_chunks(chunks).await.map_err(ViewError::from);
             outcomes.push((indexes, result));

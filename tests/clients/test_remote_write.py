@@ -27,6 +27,15 @@ ARRAYS = {
 }
 
 
+def sync_dir(path):
+    """`sync DIR` inside the mount: what waits in the journal is stored."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def planned_writes(spec: F.ArraySpec, data: np.ndarray) -> tuple[list, np.ndarray]:
     rng = np.random.default_rng(F.seed_of(spec.path) + 1)
     expected = data.copy()
@@ -99,8 +108,9 @@ def test_zarr_pythons_temporary_files_are_held_until_renamed_and_stored_once(rem
     """zarr-python writes every file as `<name>.<hex>.partial`, closes it, then renames it into
     place. An object store has no rename (a copy, then a delete), so storing the temporary
     file cost two more requests a file: the mount holds a file of such a name (nothing stored
-    under it) until it is renamed, then stores it once under its final name, or drops it when
-    it is removed. Here an unsharded array (stored as it is), through the default mount."""
+    under it) until it is renamed, then stores it once under its final name (the journal within
+    its delay, or at `sync DIR`), or drops it when it is removed. Here an unsharded array
+    (stored as it is), through the default mount."""
     import zarr
     prefix = f"{remote.run}/partials"
     view = remote_view("s3", prefix=prefix)
@@ -109,6 +119,8 @@ def test_zarr_pythons_temporary_files_are_held_until_renamed_and_stored_once(rem
     arr = zarr.create_array(str(view.path("plain")), shape=data.shape, chunks=(4, 5), dtype=data.dtype,
                             fill_value=0)
     arr[...] = data
+    assert delta(before, stats(view))["set"] == 1, "the chunks wait in the journal: only zarr.json is stored"
+    sync_dir(view.path("plain"))
     counts = delta(before, stats(view))
     assert (counts["set"], counts["erase"]) == (1 + 3 * 2, 0), \
         f"one PUT per file (zarr.json and 6 chunks), no DELETE: {counts}"
@@ -148,6 +160,7 @@ def test_xarray_writing_a_dataset_and_over_it_asks_the_store_for_its_writes_only
     for step in ("new", "over it"):
         before = stats(view)
         ds.to_zarr(view.path("ds.zarr"), mode="w", consolidated=False)
+        sync_dir(view.path("ds.zarr"))
         counts = delta(before, stats(view))
         assert (counts["head"], counts["list_dir"], counts["get"]) == (0, 0, 0), \
             f"{step}: no lookup, no listing, no read: {counts}"
