@@ -26,10 +26,19 @@ fn prepare(mut settings: MountSettings) -> Result<MountSettings> {
     }
     let (given, path) = match &settings.source {
         SourceSpec::Local(path) => (path.clone(), absolute(path).context("source")?),
-        SourceSpec::Remote { url, .. } => {
+        SourceSpec::Remote { url, options } => {
             if settings.writable && crate::store::remote::is_http_url(url) {
                 let url = crate::store::remote::redact_url(url);
                 eprintln!("zarrfs: HTTP sources are read-only: mounting {url} read-only");
+                settings.writable = false;
+            } else if settings.writable && options.no_sign_request {
+                // Public data read anonymously: a write would be refused by the store at
+                // close, and a writable mount pays a request per file opened.
+                let url = crate::store::remote::redact_url(url);
+                eprintln!(
+                    "zarrfs: requests are not signed (--no-sign-request), so nothing can be written: \
+                     mounting {url} read-only"
+                );
                 settings.writable = false;
             }
             return prepare_local_paths(settings);

@@ -5,8 +5,10 @@ with the backend's standard environment, and judged like the local view:
   - chunk files of a few arrays are exactly the independent parser's (names, sizes, bytes),
     and zarr.json is rewritten in chunk_grid and codecs only;
   - `cp -r` of one array out of the view reopens identically with both clients;
-  - an http:// mount refuses every change with EROFS."""
+  - an http:// mount, and one that does not sign its requests, refuse every change with
+    EROFS."""
 import errno
+import json
 import os
 import subprocess
 
@@ -17,7 +19,7 @@ import seed_remote as SR
 import shardindex as si
 from conftest import manifest_entries
 from helpers import READERS, assert_same_array, load_json, walk_files
-from remote import BACKENDS, remote, remote_view  # noqa: F401 - fixtures
+from remote import BACKENDS, remote, remote_view, stats  # noqa: F401 - fixtures
 
 PARSED = ["zp/i16_2d_nested", "zp/i16_2d_start_nocrc_blosc_dot",
           "zp/f64_4d_start_crc_bytes_v2slash", "ts/u8_2d_end_crc_blosc", "ts/f32_0d_sharded",
@@ -86,6 +88,38 @@ def test_http_mount_refuses_writes_with_erofs(remote_view, tree):
     """An http:// source is read-only even without --read-only: every mutation is EROFS,
     and zarr-python writing through the view fails with EROFS; reads still work."""
     view = remote_view("http")
+    assert "HTTP sources are read-only: mounting" in view.log_text()
+    _refuses_every_change(view, tree)
+
+
+def test_an_unsigned_mount_is_read_only(mounter, remote, tree, monkeypatch):
+    """--no-sign-request (public data, read anonymously): nothing can be written without a
+    signature, so the mount is read-only without --read-only and says so. Every mutation is
+    EROFS at once (not the store's refusal at close), and files are read without opening them,
+    as on any read-only mount. The fixture tree is copied into a bucket readable by anyone."""
+    remote.ensure("s3")
+    for k, v in remote.env("s3").items():
+        monkeypatch.setenv(k, v)
+    s3, bucket, prefix = SR.s3_client(), "zarrfs-public", f"{remote.run}/public"
+    if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"],
+         "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}))
+    for f in sorted(p for p in tree.root.rglob("*") if p.is_file()):
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/{f.relative_to(tree.root).as_posix()}", Body=f.read_bytes())
+    view = mounter(f"s3://{bucket}/{prefix}", "--no-sign-request")
+    assert "requests are not signed (--no-sign-request), so nothing can be written: mounting" \
+        in view.log_text()
+    arr = "zp/i16_2d_nested"
+    assert_same_array(READERS["zarr-python"](view.path(arr)), tree.expected(tree.array(arr)), "unsigned")
+    assert stats(view)["fuse_opens"] == 0, "files are read without opening them"
+    _refuses_every_change(view, tree)
+
+
+def _refuses_every_change(view, tree):
+    """Every mutation through `view` is EROFS, zarr-python writing through it too, and its
+    reads are unchanged after."""
     arr = "zp/i16_2d_nested"
     a = view.path(arr)
     chunk = sorted(si.expected_chunk_files(si.load_layout(tree.root / arr)))[0]
