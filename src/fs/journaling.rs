@@ -38,7 +38,7 @@ pub struct Replayed {
     pub bytes: u64,
     /// Files the store already held as journaled.
     pub already_stored: usize,
-    /// Files whose path no longer takes a chunk (the array is gone or changed).
+    /// Files whose path can no longer be written (its array is gone or changed).
     pub dropped: Vec<String>,
     pub torn_records: usize,
 }
@@ -121,7 +121,7 @@ impl Fs {
         }
         let done = self.replay_journal(replay).await?;
         for path in &done.dropped {
-            tracing::warn!("journal {dir}: {path} is no chunk of an array any more: its journaled content is dropped");
+            tracing::warn!("journal {dir}: {path} can no longer be written (its array is gone or changed): its journaled content is dropped");
         }
         if records > 0 {
             tracing::info!(

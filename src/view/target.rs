@@ -43,11 +43,6 @@ impl Target {
         matches!(self.0, Dest::ArrayDoc(_) | Dest::NodeDoc { .. })
     }
 
-    /// Whether this is an inner chunk (whose commits can be deferred and batched).
-    pub fn is_chunk(&self) -> bool {
-        matches!(self.0, Dest::Chunk { .. })
-    }
-
     /// Whether a write-back mount may defer this target's commit: an inner chunk (batched by
     /// its shard), or a file passed through as it is, unless it is JSON (a metadata document of
     /// another format or layout, which the view may read from the store to place what is below
