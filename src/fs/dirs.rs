@@ -29,6 +29,7 @@ impl Fs {
         let ino = self.inodes.lookup(&path);
         let mut attr = self.attr(ino, &Node::dir());
         attr.mtime = SystemTime::now();
+        self.made(parent, name);
         Ok(attr)
     }
 

@@ -67,6 +67,8 @@ impl Fs {
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
-        self.inodes.forget(ino, n);
+        if self.inodes.forget(ino, n) {
+            self.missing.dir_forgotten(ino);
+        }
     }
 }

@@ -57,7 +57,9 @@ impl Fs {
             }
         }
         drop(changing);
-        self.lookup(new_parent, new_name).await
+        let attr = self.lookup(new_parent, new_name).await?;
+        self.made(new_parent, new_name);
+        Ok(attr)
     }
 
     /// The whole content of the file at a placed path, and where it is: as the mount holds it

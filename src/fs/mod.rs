@@ -19,6 +19,7 @@ mod kernel_holds;
 pub mod kernel_listings;
 pub mod latency;
 mod metrics;
+pub mod missing;
 pub use metrics::Timings;
 mod link;
 mod overlay;
@@ -87,6 +88,8 @@ pub struct Fs {
     changes: std::sync::atomic::AtomicU64,
     /// Changes of the source the mount was told of (`source_changes.rs`).
     source: source_changes::SourceChanges,
+    /// Names the kernel was told are missing and may keep so (`missing.rs`).
+    missing: missing::KeptMisses,
 }
 
 /// Bumps the change generation when dropped: at the end of the operation holding it, after
@@ -149,6 +152,7 @@ impl Fs {
             budget,
             changes: std::sync::atomic::AtomicU64::new(0),
             source: Default::default(),
+            missing: Default::default(),
         }
     }
 

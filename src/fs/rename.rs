@@ -38,6 +38,21 @@ impl Fs {
         new_name: &str,
         no_replace: bool,
     ) -> FsResult<()> {
+        let renamed = self.rename_name(parent, name, new_parent, new_name, no_replace).await;
+        if renamed.is_ok() {
+            self.made(new_parent, new_name);
+        }
+        renamed
+    }
+
+    async fn rename_name(
+        &self,
+        parent: u64,
+        name: &str,
+        new_parent: u64,
+        new_name: &str,
+        no_replace: bool,
+    ) -> FsResult<()> {
         let _changing = self.changing();
         self.check_writable()?;
         validate_name(name)?;

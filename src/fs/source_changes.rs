@@ -16,7 +16,9 @@
 //! see `view/changes.rs`), except what is in use then: a file being read keeps its entry and
 //! comes back with the directory, so the chunk files of a changed shard are dropped by name
 //! too, with their attributes and cached pages. The parent's attributes and kept listing go too, so new and removed
-//! names show. When anything may have changed, every name of the root goes.
+//! names show. When anything may have changed, every name of the root goes. Names the kernel
+//! was told are missing go at and above each changed path, and all of them when anything may
+//! have changed (`missing.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,18 +91,24 @@ impl Fs {
             for name in self.inodes.names_in(ROOT_INO) {
                 out.entries.push((ROOT_INO, name));
             }
+            out.entries.extend(self.missing.take_all());
             out.inodes.push(ROOT_INO);
         }
         // Chunk files first, while the kernel still reaches them by their directories.
         for path in &changed.files {
-            let (Some(dir), Some(ino)) = (self.inodes.peek(parent_path(path)), self.inodes.peek(path)) else {
+            let Some(dir) = self.inodes.peek(parent_path(path)) else {
                 continue; // the kernel holds nothing there
             };
             let name = path.rsplit('/').next().unwrap_or(path);
-            out.entries.push((dir, name.to_string()));
-            out.inodes.push(ino);
+            if let Some(ino) = self.inodes.peek(path) {
+                out.entries.push((dir, name.to_string()));
+                out.inodes.push(ino);
+            } else if self.missing.take(dir, name) {
+                out.entries.push((dir, name.to_string()));
+            }
         }
         for path in &changed.paths {
+            self.missing_above(path, &mut out);
             if path.is_empty() {
                 out.entries
                     .extend(ROOT_DOCUMENTS.iter().map(|name| (ROOT_INO, name.to_string())));
@@ -111,6 +119,7 @@ impl Fs {
                 continue; // the kernel holds nothing there
             };
             let name = path.rsplit('/').next().unwrap_or(path);
+            self.missing.take(dir, name);
             out.entries.push((dir, name.to_string()));
             out.inodes.push(dir);
             out.inodes.extend(self.inodes.peek(path));
@@ -122,6 +131,29 @@ impl Fs {
             .names_dropped
             .fetch_add(out.entries.len() as u64, Ordering::Relaxed);
         out
+    }
+
+    /// The names above `path` the kernel keeps as missing (`missing.rs`): a path that appears
+    /// may be below a directory that was missing too. (Its own name goes with the path's.)
+    fn missing_above(&self, path: &str, out: &mut Invalidations) {
+        if self.missing.is_empty() {
+            return;
+        }
+        let (mut dir, mut start) = (ROOT_INO, 0);
+        for end in path.match_indices('/').map(|(i, _)| i) {
+            let name = &path[start..end];
+            start = end + 1;
+            if name.is_empty() {
+                return;
+            }
+            if self.missing.take(dir, name) {
+                out.entries.push((dir, name.to_string()));
+            }
+            match self.inodes.peek(&path[..end]) {
+                Some(ino) => dir = ino,
+                None => return, // the kernel holds nothing below
+            }
+        }
     }
 
     /// Counters of the changes handled (`zarrfs stats`).

@@ -57,6 +57,7 @@ impl Fs {
         let fh = self.files.insert(FileHandle::writer(ino, file, true));
         // Metadata being written shows as stored (see `local_attr`).
         let attr = self.attr_now(ino).await?;
+        self.made(parent, name);
         Ok((attr, fh))
     }
 

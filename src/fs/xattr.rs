@@ -27,7 +27,7 @@ impl Fs {
         stats.extend(self.ops.snapshot());
         stats.extend(self.holdings());
         stats.extend(self.latencies.snapshot());
-        for (name, value) in self.source_change_counts() {
+        for (name, value) in self.source_change_counts().into_iter().chain(self.missing_counts()) {
             stats.insert(name.into(), value.into());
         }
         stats.insert("source_watched".into(), self.config.watched.into());

@@ -16,6 +16,7 @@ use tokio::runtime::Handle;
 
 use super::reply::{self, file_attr, ErrorReply};
 use super::request::op;
+use crate::fs::missing::Looked;
 use crate::fs::source_changes::TtlTicket;
 use crate::fs::{Fs, FsError};
 
@@ -50,8 +51,11 @@ impl Filesystem for ZarrFuse {
             name,
             FsError::NotFound,
             reply,
-            |fs, name| async move { fs.lookup(parent.0, &name).await },
-            move |r, attr| reply::entry(r, &ttl.ttl(), &attr),
+            |fs, name| async move { fs.lookup_kept(parent.0, &name, &ttl).await },
+            |r, looked| match looked {
+                Looked::Found(attr, ttl) => reply::entry(r, &ttl, &attr),
+                Looked::Missing(ttl) => reply::missing(r, &ttl),
+            },
         );
     }
 

@@ -83,6 +83,25 @@ pub fn entry(reply: ReplyEntry, ttl: &Duration, attr: &Attr) {
     reply.entry(ttl, &file_attr(attr), Generation(0));
 }
 
+/// Answer a lookup of a missing name: ENOENT, or with a TTL a negative entry (inode 0) the
+/// kernel keeps that long (see `fs/missing.rs`).
+pub fn missing(reply: ReplyEntry, ttl: &Duration) {
+    if ttl.is_zero() {
+        return reply.fail(&FsError::NotFound);
+    }
+    let none = Attr {
+        ino: 0,
+        kind: FileKind::File,
+        size: 0,
+        mtime: std::time::UNIX_EPOCH,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+    };
+    reply.entry_with_ttls(&Duration::ZERO, ttl, &file_attr(&none), Generation(0));
+}
+
 /// What the kernel is told of an inode's size and time (`RUST_LOG=zarrfs=trace`): with
 /// `FUSE_AUTO_INVAL_DATA` another time than it holds drops the file's cached pages.
 pub(super) fn handed(attr: &Attr) {

@@ -24,7 +24,7 @@ use super::histogram::Snapshot;
 pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Counters' keys that say how much is held now (gauges), with what they mean.
-pub const GAUGES: [(&str, &str); 14] = [
+pub const GAUGES: [(&str, &str); 15] = [
     ("open_files", "Files open now"),
     ("open_dirs", "Directories open now"),
     (
@@ -48,6 +48,10 @@ pub const GAUGES: [(&str, &str); 14] = [
         "Files in the journal not yet committed to the store",
     ),
     ("source_watched", "1 if the local source is watched for changes"),
+    (
+        "missing_names_kept",
+        "Names the kernel was told are missing and may keep so",
+    ),
 ];
 
 /// Keys of ages in milliseconds, served as gauges in seconds: the name (before its unit) and

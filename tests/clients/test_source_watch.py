@@ -99,6 +99,41 @@ def test_a_repeated_walk_costs_no_lookup_and_changes_show(mounter, tmp_path, opt
     assert "b" not in os.listdir(m.path())
 
 
+@pytest.mark.parametrize("options", [("--read-only",), ()], ids=["read-only", "writable"])
+def test_a_sparse_arrays_missing_chunks_are_looked_up_once_until_written(mounter, tmp_path, options):
+    """An absent chunk is a lookup answered "missing" (zarr-python reads it as the fill
+    value): the kernel keeps that answer, so reading the array again asks nothing for it. A
+    chunk another writer adds beside the mount (in a shard, and a chunk row, that did not
+    exist) shows at once all the same."""
+    import zarr
+    src = tmp_path / "src"
+    zarr.open_group(str(src), mode="w")
+    data = np.zeros((16, 16), dtype="int16")
+    data[:4, :4] = np.arange(16).reshape(4, 4) + 1
+    write(src, data)  # one chunk of 16 stored
+    m = mounter(src, *options)
+    assert_same_array(read_zarr_python(m.path("a")), data, "cold")
+    assert not m.path("a/c/3/3").exists() and not m.path("a/c/0/1").exists()
+    before = mount_stats(m.path())
+    assert_same_array(read_zarr_python(m.path("a")), data, "warm")
+    after = mount_stats(m.path())
+    assert after["fuse_lookups"] == before["fuse_lookups"], "missing chunks were looked up again"
+    # c/0/1, c/0/2, c/0/3 and the rows c/1, c/2, c/3 (their chunks are below them)
+    assert after["missing_names_kept"] >= 6, after
+
+    zarr.open_array(str(src / "a"), mode="r+")[12:, 12:] = 7
+    zarr.open_array(str(src / "a"), mode="r+")[:4, 4:8] = 9
+    data[12:, 12:] = 7
+    data[:4, 4:8] = 9
+    assert until(lambda: reads(m.path("a"), data)), "chunks added beside the mount did not show"
+    assert (m.path("a/c/3/3")).exists() and (m.path("a/c/0/1")).exists()
+
+    # A name kept missing above what appears: a group made two levels down.
+    assert not m.path("later").exists()
+    zarr.open_group(str(src / "later" / "deep"), mode="w")
+    assert until(lambda: m.path("later/deep/zarr.json").exists()), "a group below a missing name did not show"
+
+
 def test_a_writable_mounts_own_changes_are_not_taken_for_others(mounter, tmp_path):
     """What the mount makes (groups, arrays, chunks, removals) raises events it must leave out:
     taken as changes, they would drop the names it just made from the kernel, and the next

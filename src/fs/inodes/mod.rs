@@ -148,17 +148,20 @@ impl InodeTable {
         self.lock().path_of(ino).map(Arc::from)
     }
 
-    /// The kernel dropped `n` lookups of `ino`.
-    pub fn forget(&self, ino: u64, n: u64) {
+    /// The kernel dropped `n` lookups of `ino`; whether it holds it no more.
+    pub fn forget(&self, ino: u64, n: u64) -> bool {
         let mut t = self.lock();
+        let mut gone = true;
         if let Some(inode) = t.inodes.get_mut(&ino) {
             let n = u32::try_from(n).unwrap_or(u32::MAX);
             // A count that saturated is never given back (the inode is then kept).
             if inode.lookups != u32::MAX {
                 inode.lookups = inode.lookups.saturating_sub(n);
             }
+            gone = inode.lookups == 0;
         }
         t.drop_if_unused(ino);
+        gone
     }
 
     /// A name moved: the inode of `from` (with what the mount holds for it) is now at `to`. An
