@@ -8,6 +8,7 @@ Usage (with the project's venv, as root, /dev/fuse; build the binary first):
     .venv/bin/python scripts/dev/crash_loop.py --rounds 20 --source s3 --mode writeback --seed 1
     .venv/bin/python scripts/dev/crash_loop.py --rounds 20 --source s3 --mode journal --seed 1
     .venv/bin/python scripts/dev/crash_loop.py --rounds 20 --source s3 --mode journal --latency-ms 20
+    .venv/bin/python scripts/dev/crash_loop.py --rounds 50 --source s3 --mode journal --layout unsharded
 
 Options:
     --rounds N                 rounds (default 20)
@@ -24,6 +25,9 @@ Options:
                                the writer fsyncs never or every 10th write; every write whose
                                close() returned must be in the store once the remount has
                                replayed the journal
+    --layout sharded|unsharded sharded (default): 4 shards of 4x4 inner chunks; unsharded: the
+                               same 16 chunks each stored as it is (a file, an object), which
+                               the journal holds as it holds chunks of shards
     --seed S                   seed of the kill points and delays (default 1)
     --kill-acks LOW,HIGH       acknowledged writes before the kill (default 5,300 local; 3,60 s3)
     --latency-ms MS            S3 only: the mounts reach moto through zarrfs-delay-proxy adding
@@ -95,6 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--source", choices=["local", "s3"], default="local")
     ap.add_argument("--mode", choices=list(C.CrashLoop.MODES), default="default")
+    ap.add_argument("--layout", choices=list(C.LAYOUTS), default="sharded")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kill-acks", default=None)
     ap.add_argument("--latency-ms", type=float, default=0.0)
@@ -127,14 +132,14 @@ def main(argv=None) -> int:
             return 2
         started = not was_running
         prefix = f"crash-loop-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        source = C.S3Source(workdir, prefix)
+        source = C.S3Source(workdir, prefix, args.layout)
         if args.latency_ms > 0:
             from latency import DelayProxy
 
             proxy = DelayProxy(source.SR.port("s3"), args.latency_ms, workdir)
             source.env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{proxy.port}"
     else:
-        source = C.LocalSource(workdir / "src")
+        source = C.LocalSource(workdir / "src", args.layout)
 
     loop = C.CrashLoop(binary, workdir, source, args.mode, args.seed, kill_acks=kill_acks)
     start = time.monotonic()

@@ -292,7 +292,10 @@ impl Fs {
         }
         due.state.dirty = false;
         due.state.journaled = None;
-        drop(due.state);
+        // All of it under the content's lock: once that is released, a writer waiting for it
+        // (an open that truncates) may write and close the file again. Its new pending mark
+        // taken here, or the file dropped, would leave its new bytes dirty but never committed
+        // (an fsync then returned without them; the crash campaign found it).
         // Counted out of its batch once: a file opened for writing meanwhile was already. Only
         // if the name still holds this file: one renamed onto it since waits for its own commit.
         let was_pending = self
@@ -300,6 +303,9 @@ impl Fs {
             .with_file(&due.path, |w| Arc::ptr_eq(&w.file, &file) && w.pending.take().is_some())
             == Some(true);
         self.inodes.drop_committed(&due.path, &file);
+        drop(due.state);
+        #[cfg(test)]
+        tests::content_released();
         if was_pending {
             self.undefer(&sink);
         }
@@ -322,5 +328,70 @@ impl Fs {
                 let _ = fs.write_back(false).await;
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use crate::fs::inodes::ROOT_INO;
+    use crate::fs::{Fs, FsConfig};
+    use crate::store::memory::MemoryStore;
+    use crate::store::{GetOptions, Store};
+    use crate::view::{View, ViewOptions};
+
+    thread_local! {
+        /// Run by a commit of write-back once it released the file's content.
+        static RELEASED: RefCell<Option<Box<dyn FnMut()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn content_released() {
+        if let Some(mut hook) = RELEASED.with(|h| h.borrow_mut().take()) {
+            hook();
+        }
+    }
+
+    async fn stored(store: &MemoryStore) -> Bytes {
+        store.get("f.bin", GetOptions::default()).await.unwrap().unwrap().bytes
+    }
+
+    /// Write `data` to the file through a handle opened with O_TRUNC, and close it.
+    async fn rewrite(fs: &Fs, ino: u64, data: &[u8]) {
+        let fh = fs.open(ino, true, true).await.unwrap();
+        fs.write(fh, 0, data).await.unwrap();
+        fs.flush(fh).await.unwrap();
+        fs.release(fh).await;
+    }
+
+    /// A writer waiting for the content of a pending file while write-back commits it writes
+    /// and closes it as soon as the commit lets go of it: those bytes are pending, and the next
+    /// pass (an fsync's) commits them. (The pending mark was taken after the content was
+    /// released: the new bytes stayed dirty, never committed, and the fsync returned.)
+    #[tokio::test]
+    async fn a_file_written_again_as_its_commit_ends_is_committed_by_the_next_pass() {
+        let store = Arc::new(MemoryStore::new());
+        store.set("f.bin", Bytes::from_static(b"old")).await.unwrap();
+        let mut config = FsConfig::read_only(0, 0, Duration::from_secs(1));
+        config.writable = true;
+        config.write_back_delay = Some(Duration::from_secs(3600));
+        let fs = Arc::new(Fs::new(View::new(store.clone(), &ViewOptions::default()), config));
+        let ino = fs.lookup(ROOT_INO, "f.bin").await.unwrap().ino;
+        rewrite(&fs, ino, b"one").await;
+        assert_eq!(stored(&store).await, "old", "deferred");
+        let writer = fs.clone();
+        RELEASED.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                futures::executor::block_on(rewrite(&writer, ino, b"two"));
+            }))
+        });
+        fs.write_back(true).await.unwrap();
+        assert_eq!(stored(&store).await, "one");
+        fs.write_back(true).await.unwrap();
+        assert_eq!(stored(&store).await, "two", "the second write was lost");
     }
 }

@@ -13,6 +13,11 @@ Modes:
   `--write-back-delay` drawn from the default (1 s: no flag), 0.05, 0.5 and 30 s. A close
   returns once its file is fsynced in the journal; write-back commits later.
 
+Layouts (`LAYOUTS`): "sharded", a 16x16 uint8 array of 4 shards of 4x4 inner chunks (16 bytes
+each), or "unsharded", the same 16 chunks each stored as it is (a file of a local source, an
+object of S3: committed one by one at close, or held in the journal as chunks are). The checks
+below say "shard" for the stored files of either.
+
 One round:
 1. mount the source in the foreground (options of the mode), a writer process starts
    N threads, each rewriting its own chunk files over and over (open O_TRUNC, one 16-byte
@@ -89,7 +94,9 @@ from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 
+import fixtures as F
 import shardindex as si
+from helpers import walk_files
 from mounting import Mount, find_daemons, pid_alive, wait_until
 from writing import MAGIC, PAYLOAD, build, payload, payload_spec, shard_problems, view_matches_store
 
@@ -116,6 +123,39 @@ DEAD_MOUNT_ERRNOS = {errno.ECONNABORTED, errno.ENOTCONN}
 THREADS = 4
 # The test array: 16x16 uint8, 8x8 shards of 4x4 inner chunks (16 bytes each): 4 shards, 16 keys.
 SHAPE, SHARD = (16, 16), (8, 8)
+# "sharded": the array above; "unsharded": the same 16 chunks of 4x4, each stored as it is (a
+# file of a local source, an object of S3): what the journal holds for files stored as they are.
+LAYOUTS = ("sharded", "unsharded")
+
+
+def array_spec(layout: str) -> F.ArraySpec:
+    """The test array in `layout`."""
+    assert layout in LAYOUTS, layout
+    if layout == "sharded":
+        return payload_spec(ARRAY, shape=SHAPE, shard=SHARD)
+    return F.ArraySpec(ARRAY, F.ZARR_PY, SHAPE, "uint8", (4, 4), [F.c_bytes()], [],
+                       cke=F.cke_default("/"), write=False)
+
+
+def stored_keys(layout: str) -> set:
+    """The keys (relative to the array) that may hold the array's stored chunks or shards."""
+    grid = SHARD if layout == "sharded" else (4, 4)
+    cke = {"name": "default", "configuration": {"separator": "/"}}
+    return {si.chunk_key(c, cke) for c in product(*(range(s // g) for s, g in zip(SHAPE, grid)))}
+
+
+def stored_problems(array_dir: Path, allow_temp: bool = False) -> list[str]:
+    """Every problem of the array's stored form: a sharded one's shards checked strictly
+    (writing.shard_problems); for either, a file that is neither zarr.json nor a stored key of
+    the grid (with allow_temp, zarrfs's own temporary files are allowed). An unsharded chunk
+    that is no whole payload is found by store_state."""
+    layout = si.load_layout(array_dir)
+    if layout.sharded:
+        return shard_problems(array_dir, allow_temp=allow_temp)
+    keys = stored_keys("unsharded")
+    return [f"stray file {rel} in the array directory" for rel in walk_files(array_dir)
+            if rel != "zarr.json" and rel not in keys
+            and not (allow_temp and TEMP_MARKER in os.path.basename(rel))]
 
 WRITER = r"""
 import os, struct, sys, threading
@@ -188,9 +228,10 @@ class LocalSource:
     env: dict = {}
     poll_pause = 0.001
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, layout: str = "sharded"):
         self.root = Path(root)
-        build(self.root, [payload_spec(ARRAY, shape=SHAPE, shard=SHARD)])
+        self.layout = layout
+        build(self.root, [array_spec(layout)])
 
     def mount_source(self) -> str:
         return str(self.root)
@@ -225,21 +266,20 @@ class S3Source:
     remote = True  # the write journal is the default: the other modes say --no-journal
     poll_pause = 0.02
 
-    def __init__(self, workdir: Path, prefix: str):
+    def __init__(self, workdir: Path, prefix: str, layout: str = "sharded"):
         import seed_remote as SR
 
         self.SR = SR
         self.workdir = Path(workdir)
         self.prefix = prefix.strip("/")
+        self.layout = layout
         self.env = SR.client_env("s3")
         seed = self.workdir / "seed"
-        build(seed, [payload_spec(ARRAY, shape=SHAPE, shard=SHARD)])
+        build(seed, [array_spec(layout)])
         SR.upload_tree("s3", seed, self.prefix)
         self.s3 = SR.s3_client()
-        self.metadata = set(SR.local_files(seed))  # the documents; every other key is a shard
-        layout = si.load_layout(seed / ARRAY)
-        self.shard_keys = {f"{ARRAY}/{si.chunk_key(c, layout.cke)}"
-                           for c in product(*map(range, layout.shard_grid))}
+        self.metadata = set(SR.local_files(seed))  # the documents; every other key is stored data
+        self.shard_keys = {f"{ARRAY}/{key}" for key in stored_keys(layout)}
 
     def mount_source(self) -> str:
         return self.SR.url("s3", self.prefix)
@@ -351,7 +391,7 @@ def check_store(array_dir: Path, record: Record, previous: dict, write_back: boo
                 result: RoundResult) -> dict:
     """Fill result's failure lists from the stored array; returns {key: seq} as stored."""
     try:
-        result.torn += shard_problems(array_dir, allow_temp=True)
+        result.torn += stored_problems(array_dir, allow_temp=True)
         state, bad = store_state(array_dir)
     except Exception as e:  # noqa: BLE001 - an unreadable store is a finding, not a crash
         result.torn.append(f"the store cannot be read: {type(e).__name__}: {e}")
@@ -420,8 +460,7 @@ class CrashLoop:
         self.before_remount = None
         cke = {"name": "default", "configuration": {"separator": "/"}}
         self.keys = [si.chunk_key((i, j), cke) for i in range(SHAPE[0] // 4) for j in range(SHAPE[1] // 4)]
-        self.shard_names = {si.chunk_key((i, j), cke) for i in range(SHAPE[0] // SHARD[0])
-                            for j in range(SHAPE[1] // SHARD[1])}
+        self.shard_names = stored_keys(source.layout)
         self.previous: dict = {}
         self.mounts = 0
         self.results: list[RoundResult] = []
@@ -582,7 +621,7 @@ class CrashLoop:
                 array_dir = self.source.store("poll") / ARRAY
                 # A shard created between the listing of the shards and the walk of the
                 # directory is no stray file.
-                problems = [p for p in shard_problems(array_dir, allow_temp=True)
+                problems = [p for p in stored_problems(array_dir, allow_temp=True)
                             if not (p.startswith("stray file ") and p.split()[2] in self.shard_names)]
                 state, bad = store_state(array_dir)
             except (OSError, ValueError) as e:  # a shard read in the middle of its removal
@@ -635,7 +674,7 @@ class CrashLoop:
         if set(left) - set(kept_alive):
             result.other.append(f"leftovers not swept by the remount: {sorted(left)[:6]}")
         after = self.source.store(f"{result.round}-swept")
-        problems = shard_problems(after / ARRAY, allow_temp=bool(kept_alive))
+        problems = stored_problems(after / ARRAY, allow_temp=bool(kept_alive))
         if problems:
             result.torn += [f"after the remount: {p}" for p in problems]
         state, bad = store_state(after / ARRAY)

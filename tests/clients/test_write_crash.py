@@ -23,6 +23,7 @@ LOCAL_ROUNDS = 6
 S3_ROUNDS = 2
 # Journal rounds read the store once more (after the replay): fewer of them locally.
 ROUNDS = {("local", "journal"): 4}
+UNSHARDED_ROUNDS = 5
 MODES = ["default", "writeback", "journal"]
 
 
@@ -51,6 +52,15 @@ def test_kill_during_local_writes(zarrfs_bin, tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_kill_during_local_unsharded_writes(zarrfs_bin, tmp_path, mode):
+    # Chunk files stored as they are: closed into the journal in journal mode, each committed
+    # by itself (a rename of a temporary file) in the others.
+    loop = C.CrashLoop(zarrfs_bin, tmp_path, C.LocalSource(tmp_path / "src", "unsharded"), mode,
+                       seed=12, kill_acks=(40, 300))
+    run_rounds(loop, UNSHARDED_ROUNDS)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_kill_during_s3_writes(zarrfs_bin, tmp_path, remote, mode):  # noqa: F811
     remote.ensure("s3")
     source = C.S3Source(tmp_path, f"{remote.run}/crash-{mode}")  # deleted with the run prefix
@@ -59,6 +69,44 @@ def test_kill_during_s3_writes(zarrfs_bin, tmp_path, remote, mode):  # noqa: F81
     loop = C.CrashLoop(zarrfs_bin, tmp_path, source, mode, seed=11, kill_acks=(16, 40),
                        sync_every=(3,) if mode == "writeback" else None)
     run_rounds(loop, ROUNDS.get(("s3", mode), S3_ROUNDS))
+
+
+@pytest.mark.parametrize("mode", ["default", "journal"])
+def test_kill_during_s3_unsharded_writes(zarrfs_bin, tmp_path, remote, mode):  # noqa: F811
+    # Journal mode: every closed file waits in the journal (remote sources' default), and the
+    # remount stores it.
+    remote.ensure("s3")
+    source = C.S3Source(tmp_path, f"{remote.run}/crash-flat-{mode}", "unsharded")
+    loop = C.CrashLoop(zarrfs_bin, tmp_path, source, mode, seed=12, kill_acks=(16, 40))
+    run_rounds(loop, S3_ROUNDS)
+
+
+def test_the_checks_catch_torn_and_lost_unsharded_chunks(zarrfs_bin, tmp_path):
+    loop = C.CrashLoop(zarrfs_bin, tmp_path, C.LocalSource(tmp_path / "src", "unsharded"), "default",
+                       seed=3, kill_acks=(40, 60))
+    run_rounds(loop, 1)
+    stored = loop.previous
+    assert len(stored) == len(loop.keys) and all(s is not None for s in stored.values()), stored
+    array = loop.source.root / C.ARRAY
+    base = 10 ** 9
+
+    def check(array_dir, **record) -> C.RoundResult:
+        result = C.RoundResult(0)
+        C.check_store(array_dir, C.Record(loop.keys, base, 4, **record), stored, False, result)
+        return result
+
+    assert check(array).failures == []
+    broken = tmp_path / "broken"
+    shutil.copytree(array, broken)
+    (broken / "c/0/1").write_bytes((broken / "c/0/1").read_bytes()[:-1])  # cut short
+    assert check(broken).torn, "a cut chunk passed"
+    (broken / "c/0/1").write_bytes((broken / "c/1/1").read_bytes())  # another key's value
+    assert check(broken).invented, "a misplaced value passed"
+    (broken / "c/0/1").unlink()
+    assert check(broken).lost_acked, "a lost chunk passed"
+    (broken / "c/9").mkdir()
+    (broken / "c/9/9").write_bytes(b"x")
+    assert C.stored_problems(broken), "a stray file passed"
 
 
 def test_the_checks_catch_torn_shards_and_lost_writes(zarrfs_bin, tmp_path):

@@ -223,13 +223,14 @@ impl InodeTable {
         self.lock().written(path).map(f)
     }
 
-    /// Drop the file held at `path` if it is still `file`, no handle has it open and it is
-    /// not staged (a pending file that was just committed). Returns whether it was dropped.
+    /// Drop the file held at `path` if it is still `file`, no handle has it open, it is not
+    /// pending again and it is not staged (a pending file that was just committed). Returns
+    /// whether it was dropped.
     pub fn drop_committed(&self, path: &str, file: &Arc<WriteFile>) -> bool {
         let mut t = self.lock();
-        let done = t
-            .written(path)
-            .is_some_and(|w| w.handles == 0 && Arc::ptr_eq(&w.file, file) && !matches!(w.sink, Sink::Staged));
+        let done = t.written(path).is_some_and(|w| {
+            w.handles == 0 && w.pending.is_none() && Arc::ptr_eq(&w.file, file) && !matches!(w.sink, Sink::Staged)
+        });
         if let (true, Some(ino)) = (done, t.find(path)) {
             t.set_local(ino, None);
         }
