@@ -31,9 +31,12 @@ pub(super) struct Spares {
     filling: Arc<AtomicBool>,
     /// The journal is closed: a fill finishing now leaves nothing behind.
     closed: Arc<AtomicBool>,
-    /// Names the temporary file of each fill.
-    fills: AtomicU64,
 }
+
+/// Names the temporary file of each fill, unique in the process: a journal opened again in
+/// its directory by the same process (a remount in a test) must not fill under the name a
+/// fill of the one before is still writing (one rename then finds its file gone).
+static FILLS: AtomicU64 = AtomicU64::new(0);
 
 impl Spares {
     /// Spares of `size` bytes in `dir`; temporary files of fills that never finished go.
@@ -53,7 +56,6 @@ impl Spares {
             size,
             filling: Arc::new(AtomicBool::new(false)),
             closed: Arc::new(AtomicBool::new(false)),
-            fills: AtomicU64::new(0),
         })
     }
 
@@ -77,7 +79,7 @@ impl Spares {
     }
 
     fn tmp_name(&self) -> String {
-        let n = self.fills.fetch_add(1, Ordering::Relaxed);
+        let n = FILLS.fetch_add(1, Ordering::Relaxed);
         format!("spare-{}-{n}.tmp", std::process::id())
     }
 
@@ -164,6 +166,14 @@ fn fill(dir: &Path, tmp: &str, size: u64, closed: &AtomicBool) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_journal_opened_again_fills_under_other_names_than_the_one_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = Spares::new(dir.path(), 16).unwrap();
+        let again = Spares::new(dir.path(), 16).unwrap();
+        assert_ne!(before.tmp_name(), again.tmp_name());
+    }
 
     #[test]
     fn a_spare_is_taken_whole_and_the_next_one_filled() {
