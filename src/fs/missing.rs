@@ -163,7 +163,9 @@ impl Fs {
                 self.missing.take(parent, name);
                 Ok(Looked::Found(attr, ticket.ttl()))
             }
-            Err(FsError::NotFound) | Err(FsError::View(crate::view::ViewError::NotFound(_))) => {
+            Err(e @ FsError::NotFound) | Err(e @ FsError::View(crate::view::ViewError::NotFound(_))) => {
+                // An expected miss: said at debug level, as a failed lookup was.
+                tracing::debug!("{e}: answered as missing");
                 let ttl = ticket.ttl();
                 if ttl.is_zero() || !self.missing.record(parent, name, ttl) {
                     return Ok(Looked::Missing(Duration::ZERO));
