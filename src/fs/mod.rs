@@ -180,15 +180,6 @@ impl Fs {
         &self.view
     }
 
-    /// A setattr that changes nothing stored (modes, owners, times): accepted on a writable
-    /// mount, the attributes shown as before.
-    pub async fn setattr_unchanged(&self, ino: u64) -> FsResult<Attr> {
-        if !self.config.writable {
-            return Err(FsError::ReadOnly);
-        }
-        self.attr_now(ino).await
-    }
-
     /// The path of `ino`; none once its name was removed through this mount (the name now
     /// leads to another inode, or none): ESTALE, on which the kernel looks the path up again
     /// (an open or a stat that raced a rename onto the name then finds the new file, one that

@@ -38,21 +38,6 @@ impl Fs {
         new_name: &str,
         no_replace: bool,
     ) -> FsResult<()> {
-        let renamed = self.rename_name(parent, name, new_parent, new_name, no_replace).await;
-        if renamed.is_ok() {
-            self.made(new_parent, new_name);
-        }
-        renamed
-    }
-
-    async fn rename_name(
-        &self,
-        parent: u64,
-        name: &str,
-        new_parent: u64,
-        new_name: &str,
-        no_replace: bool,
-    ) -> FsResult<()> {
         let _changing = self.changing();
         self.check_writable()?;
         validate_name(name)?;
@@ -116,8 +101,10 @@ impl Fs {
         // A move that failed after the mount moved the file (`move_open` storing it) leaves
         // the kernel's entry for `to` at the inode it replaced: a writer opening it is sent to
         // look again, and writes the file now at `to`.
-        if let (Err(_), Some(ino)) = (&moved, replaced_ino) {
-            self.inodes.kernel_still_names(ino);
+        match (&moved, replaced_ino) {
+            (Err(_), Some(ino)) => self.inodes.kernel_still_names(ino),
+            (Ok(()), _) => self.made(new_parent, new_name),
+            _ => {}
         }
         moved
     }

@@ -28,6 +28,13 @@ impl Fs {
         }
     }
 
+    /// A setattr that changes nothing stored (modes, owners, times): accepted on a writable
+    /// mount, the attributes shown as before.
+    pub async fn setattr_unchanged(&self, ino: u64) -> FsResult<Attr> {
+        self.check_writable()?;
+        self.attr_now(ino).await
+    }
+
     /// Create and open a new file.
     pub async fn create(&self, parent: u64, name: &str, truncate_existing: bool) -> FsResult<(Attr, u64)> {
         let _changing = self.changing();
