@@ -165,7 +165,7 @@ impl Fs {
             }
             Err(e @ FsError::NotFound) | Err(e @ FsError::View(crate::view::ViewError::NotFound(_))) => {
                 // An expected miss: said at debug level, as a failed lookup was.
-                tracing::debug!("{e}: answered as missing");
+                tracing::debug!(parent, name, "{e}: answered as missing");
                 let ttl = ticket.ttl();
                 if ttl.is_zero() || !self.missing.record(parent, name, ttl) {
                     return Ok(Looked::Missing(Duration::ZERO));

@@ -113,12 +113,15 @@ impl Fs {
     async fn move_staged(&self, from: &str, to: &str, file: Arc<WriteFile>, sink: Sink) -> FsResult<()> {
         let deferred = self.defers(&sink);
         if matches!(sink, Sink::Staged) || deferred {
-            // (A deferred one is in the journal already, see `rename`.)
-            let replaced = self.inodes.move_file(from, to, sink.clone());
+            // (A deferred one is in the journal already, see `rename`.) Pending from the move
+            // on: the release of the handle that wrote it may come at any moment.
+            let (replaced, _) = self.inodes.move_file(from, to, sink.clone(), deferred);
             self.let_go(replaced);
             if deferred {
-                self.defer(to);
+                self.count_pending(&sink);
             }
+            #[cfg(test)]
+            tests::moved();
             return Ok(());
         }
         let Sink::Commit(target) = sink else {
@@ -130,6 +133,16 @@ impl Fs {
         let replaced = self.inodes.rename(from, to);
         self.let_go(replaced);
         Ok(())
+    }
+
+    /// A moved file's pending mark went from one batch to another (either may be none).
+    fn recount(&self, from: Option<&Sink>, to: Option<&Sink>) {
+        if let Some(sink) = from {
+            self.undefer(sink);
+        }
+        if let Some(sink) = to {
+            self.count_pending(sink);
+        }
     }
 
     /// What a rename replaced at its destination is let go: a file pending write-back there
@@ -156,25 +169,30 @@ impl Fs {
         // Incomplete content never replaces anything (and the old name keeps its stored copy).
         file.state.lock().await.check_whole()?;
         let from = from_at.path();
-        let replaced = self.inodes.move_file(from, to, sink.clone());
+        // Where write-back defers it, it is pending from the move on, so that no release of
+        // its last handle meanwhile lets it go: it is counted in its new batch at once.
+        let deferred = self.defers(&sink);
+        let (replaced, was_pending) = self.inodes.move_file(from, to, sink.clone(), deferred);
         self.let_go(replaced);
+        self.recount(was_pending.then_some(&from_sink), deferred.then_some(&sink));
         // The content must be whole before the old name's stored version goes.
         let loaded = self.load(&file).await.map(|mut state| state.touch());
         if let Err(e) = loaded {
-            self.inodes.move_file(to, from, from_sink);
+            self.inodes.move_file(to, from, from_sink.clone(), was_pending);
+            self.recount(deferred.then_some(&sink), was_pending.then_some(&from_sink));
             return Err(e);
-        }
-        if self.inodes.with_file(to, |w| w.pending.take()).flatten().is_some() {
-            self.undefer(&from_sink);
         }
         if let Some(node) = self.view.node(from_at).await? {
             self.view.remove(&node).await?;
         }
-        if self.defers(&sink) {
+        #[cfg(test)]
+        tests::moved();
+        if deferred {
             let mut state = file.state.lock().await;
-            self.journal_content(to, &mut state, Some(from)).await?;
-            drop(state);
-            self.defer(to);
+            // (Unless write-back committed it meanwhile.)
+            if state.dirty {
+                self.journal_content(to, &mut state, Some(from)).await?;
+            }
             return Ok(());
         }
         if file.state.lock().await.journaled.is_some() {
@@ -214,5 +232,117 @@ impl Fs {
         let replaced = self.inodes.rename(from_at.path(), to_at.path());
         self.let_go(replaced);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use serde_json::json;
+
+    use crate::fs::inodes::ROOT_INO;
+    use crate::fs::{Fs, FsConfig};
+    use crate::store::memory::MemoryStore;
+    use crate::store::Store;
+    use crate::view::{View, ViewOptions};
+
+    thread_local! {
+        /// Run by a rename once it moved a held file, before its last step.
+        static MOVED: RefCell<Option<Box<dyn FnMut()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn moved() {
+        if let Some(mut hook) = MOVED.with(|h| h.borrow_mut().take()) {
+            hook();
+        }
+    }
+
+    /// When the rename has moved the file, `fh` is released (the kernel sends a release
+    /// when it likes, after the close that flushed it).
+    fn release_when_moved(fs: &Arc<Fs>, fh: u64) {
+        let fs = fs.clone();
+        MOVED.with(|h| *h.borrow_mut() = Some(Box::new(move || futures::executor::block_on(fs.release(fh)))));
+    }
+
+    /// Array `a` of 8 bytes, one shard of two inner chunks of 4 (`a/c/0`, `a/c/1`), none
+    /// stored; a write-back mount of it (nothing is committed until a pass).
+    async fn write_back_mount() -> (Arc<Fs>, Arc<MemoryStore>, u64) {
+        let doc = json!({
+            "zarr_format": 3, "node_type": "array", "shape": [8], "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8]}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+            "codecs": [{"name": "sharding_indexed", "configuration": {
+                "chunk_shape": [4], "codecs": [{"name": "bytes"}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]}}]
+        });
+        let store = Arc::new(MemoryStore::new());
+        store.set("a/zarr.json", Bytes::from(doc.to_string())).await.unwrap();
+        let mut config = FsConfig::read_only(0, 0, Duration::from_secs(1));
+        config.writable = true;
+        config.write_back_delay = Some(Duration::from_secs(3600));
+        let fs = Arc::new(Fs::new(View::new(store.clone(), &ViewOptions::default()), config));
+        let array = fs.lookup(ROOT_INO, "a").await.unwrap().ino;
+        let chunks = fs.mkdir(array, "c").await.unwrap().ino;
+        (fs, store, chunks)
+    }
+
+    /// The bytes at `name` of `dir`, read through the mount.
+    async fn read(fs: &Fs, dir: u64, name: &str) -> Vec<u8> {
+        let ino = fs.lookup(dir, name).await.expect("the file is there").ino;
+        let fh = fs.open(ino, false, false).await.unwrap();
+        let data = fs.read(fh, 0, 64).await.unwrap().to_vec();
+        fs.release(fh).await;
+        data
+    }
+
+    /// What a fresh mount of the store reads at `a/c/<name>`.
+    async fn stored(store: &Arc<MemoryStore>, name: &str) -> Vec<u8> {
+        let mut config = FsConfig::read_only(0, 0, Duration::from_secs(1));
+        config.writable = true;
+        let fs = Fs::new(View::new(store.clone(), &ViewOptions::default()), config);
+        let array = fs.lookup(ROOT_INO, "a").await.unwrap().ino;
+        let chunks = fs.lookup(array, "c").await.unwrap().ino;
+        read(&fs, chunks, name).await
+    }
+
+    /// A temporary file written, closed and renamed onto a chunk key, whose release the kernel
+    /// sends while the rename is under way: the renamed file is pending from the move on, so
+    /// the release keeps it. (The mark came a step after the move: the release let the file
+    /// go, and the name showed the stored version, or none, with nothing ever committed; the
+    /// fault workload test found it.)
+    #[tokio::test]
+    async fn a_renamed_temporary_file_released_during_the_rename_is_kept_and_committed() {
+        let (fs, store, chunks) = write_back_mount().await;
+        let (_, fh) = fs.create(chunks, "0.tmp.partial", false).await.unwrap();
+        fs.write(fh, 0, b"new!").await.unwrap();
+        fs.flush(fh).await.unwrap();
+        release_when_moved(&fs, fh);
+        fs.rename(chunks, "0.tmp.partial", chunks, "0", false).await.unwrap();
+        assert!(MOVED.with(|h| h.borrow().is_none()), "the release ran");
+        assert_eq!(read(&fs, chunks, "0").await, b"new!");
+        fs.write_back(true).await.unwrap();
+        assert_eq!(stored(&store, "0").await, b"new!");
+    }
+
+    /// A chunk file open for writing, closed with changes (pending) and renamed onto another
+    /// chunk key, its handle released while the rename is under way: the file at the new name
+    /// stays pending, and is committed there.
+    #[tokio::test]
+    async fn a_moved_pending_chunk_released_during_the_rename_is_kept_and_committed() {
+        let (fs, store, chunks) = write_back_mount().await;
+        let (_, fh) = fs.create(chunks, "0", false).await.unwrap();
+        fs.write(fh, 0, b"mine").await.unwrap();
+        fs.flush(fh).await.unwrap();
+        release_when_moved(&fs, fh);
+        fs.rename(chunks, "0", chunks, "1", false).await.unwrap();
+        assert!(MOVED.with(|h| h.borrow().is_none()), "the release ran");
+        assert_eq!(read(&fs, chunks, "1").await, b"mine");
+        assert!(fs.lookup(chunks, "0").await.is_err(), "the old name is gone");
+        fs.write_back(true).await.unwrap();
+        assert_eq!(stored(&store, "1").await, b"mine");
     }
 }

@@ -86,16 +86,29 @@ impl Fs {
     /// A file was closed with changes: leave it pending; wake the flusher if its batch (a
     /// chunk's shard) is now complete.
     pub(super) fn defer(&self, path: &str) {
-        let Some(wb) = &self.writeback else { return };
-        let batch = self.inodes.with_file(path, |w| {
+        if self.writeback.is_none() {
+            return;
+        }
+        let sink = self.inodes.with_file(path, |w| {
             let Sink::Commit(target) = &w.sink else { return None };
             if w.pending.is_some() || !target.may_defer() {
                 return None;
             }
             w.pending = Some(Instant::now());
-            target.batch()
+            Some(w.sink.clone())
         });
-        let Some(batch) = batch.flatten() else { return };
+        if let Some(Some(sink)) = sink {
+            self.count_pending(&sink);
+        }
+    }
+
+    /// A file of this sink was marked pending: count it in its batch (a chunk's shard); wake
+    /// the flusher if the batch is now complete. (Undone by [`Fs::undefer`].)
+    pub(super) fn count_pending(&self, sink: &Sink) {
+        let (Some(wb), Sink::Commit(target)) = (&self.writeback, sink) else {
+            return;
+        };
+        let Some(batch) = target.batch() else { return };
         let mut batches = wb.batches();
         let capacity = batch.capacity;
         let (count, last) = batches.entry(batch).or_insert((0, Instant::now()));

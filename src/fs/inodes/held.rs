@@ -206,16 +206,25 @@ impl InodeTable {
         true
     }
 
-    /// Move the file held at `from` to `to`, going to `sink` from now on: one step, so no
-    /// flush sees the new name with the old sink, and no reader of `to` finds it between the
-    /// file it replaces and this one. Returns what the mount held at `to` before.
-    pub fn move_file(&self, from: &str, to: &str, sink: Sink) -> Option<Local> {
+    /// Move the file held at `from` to `to`, going to `sink` from now on, and pending
+    /// write-back there or not as `pending` says (an earlier mark kept): one step, so no flush
+    /// sees the new name with the old sink, no reader of `to` finds it between the file it
+    /// replaces and this one, and no release of its last handle finds it neither open nor
+    /// pending in between (it would let the file go, its bytes committed nowhere). Returns what
+    /// the mount held at `to` before, and whether the file was pending.
+    pub fn move_file(&self, from: &str, to: &str, sink: Sink, pending: bool) -> (Option<Local>, bool) {
         let mut t = self.lock();
         let replaced = t.rename(from, to);
+        let mut was_pending = false;
         if let Some(w) = t.written(to) {
             w.sink = sink;
+            was_pending = w.pending.is_some();
+            match pending {
+                true => w.pending = w.pending.or_else(|| Some(Instant::now())),
+                false => w.pending = None,
+            }
         }
-        replaced
+        (replaced, was_pending)
     }
 
     /// Change the file held at `path` in place; `None` if there is none.
