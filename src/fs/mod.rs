@@ -12,6 +12,8 @@ mod counters;
 mod dirs;
 pub mod error;
 pub mod handles;
+#[cfg(test)]
+mod hooks;
 pub mod inodes;
 pub mod journal;
 mod journaling;

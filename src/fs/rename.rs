@@ -121,7 +121,7 @@ impl Fs {
                 self.count_pending(&sink);
             }
             #[cfg(test)]
-            tests::moved();
+            super::hooks::reached(super::hooks::Point::Moved);
             return Ok(());
         }
         let Sink::Commit(target) = sink else {
@@ -186,7 +186,7 @@ impl Fs {
             self.view.remove(&node).await?;
         }
         #[cfg(test)]
-        tests::moved();
+        super::hooks::reached(super::hooks::Point::Moved);
         if deferred {
             let mut state = file.state.lock().await;
             // (Unless write-back committed it meanwhile.)
@@ -237,35 +237,24 @@ impl Fs {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
     use std::sync::Arc;
     use std::time::Duration;
 
     use bytes::Bytes;
     use serde_json::json;
 
+    use crate::fs::hooks::{self, Point};
     use crate::fs::inodes::ROOT_INO;
     use crate::fs::{Fs, FsConfig};
     use crate::store::memory::MemoryStore;
     use crate::store::Store;
     use crate::view::{View, ViewOptions};
 
-    thread_local! {
-        /// Run by a rename once it moved a held file, before its last step.
-        static MOVED: RefCell<Option<Box<dyn FnMut()>>> = const { RefCell::new(None) };
-    }
-
-    pub(super) fn moved() {
-        if let Some(mut hook) = MOVED.with(|h| h.borrow_mut().take()) {
-            hook();
-        }
-    }
-
     /// When the rename has moved the file, `fh` is released (the kernel sends a release
     /// when it likes, after the close that flushed it).
     fn release_when_moved(fs: &Arc<Fs>, fh: u64) {
         let fs = fs.clone();
-        MOVED.with(|h| *h.borrow_mut() = Some(Box::new(move || futures::executor::block_on(fs.release(fh)))));
+        hooks::at(Point::Moved, move || futures::executor::block_on(fs.release(fh)));
     }
 
     /// Array `a` of 8 bytes, one shard of two inner chunks of 4 (`a/c/0`, `a/c/1`), none
@@ -322,7 +311,7 @@ mod tests {
         fs.flush(fh).await.unwrap();
         release_when_moved(&fs, fh);
         fs.rename(chunks, "0.tmp.partial", chunks, "0", false).await.unwrap();
-        assert!(MOVED.with(|h| h.borrow().is_none()), "the release ran");
+        assert!(!hooks::waiting(Point::Moved), "the release ran");
         assert_eq!(read(&fs, chunks, "0").await, b"new!");
         fs.write_back(true).await.unwrap();
         assert_eq!(stored(&store, "0").await, b"new!");
@@ -339,10 +328,39 @@ mod tests {
         fs.flush(fh).await.unwrap();
         release_when_moved(&fs, fh);
         fs.rename(chunks, "0", chunks, "1", false).await.unwrap();
-        assert!(MOVED.with(|h| h.borrow().is_none()), "the release ran");
+        assert!(!hooks::waiting(Point::Moved), "the release ran");
         assert_eq!(read(&fs, chunks, "1").await, b"mine");
         assert!(fs.lookup(chunks, "0").await.is_err(), "the old name is gone");
         fs.write_back(true).await.unwrap();
         assert_eq!(stored(&store, "1").await, b"mine");
+    }
+
+    /// An open for writing of a pending chunk file, which nothing orders against renames,
+    /// while a temporary file is renamed onto the name: the open holds the file it found (now
+    /// replaced, its writes go nowhere), and the file renamed there stays pending and is
+    /// committed. (The open took the pending mark of whatever file its path held by then:
+    /// the renamed one was never committed, nor by an fsync.)
+    #[tokio::test]
+    async fn an_open_racing_a_rename_onto_its_name_leaves_the_renamed_file_pending() {
+        let (fs, store, chunks) = write_back_mount().await;
+        let (_, fh) = fs.create(chunks, "0", false).await.unwrap();
+        fs.write(fh, 0, b"old!").await.unwrap();
+        fs.flush(fh).await.unwrap();
+        fs.release(fh).await;
+        let (_, tmp) = fs.create(chunks, "0.tmp.partial", false).await.unwrap();
+        fs.write(tmp, 0, b"new!").await.unwrap();
+        fs.flush(tmp).await.unwrap();
+        fs.release(tmp).await;
+        let renamer = fs.clone();
+        hooks::at(Point::Held, move || {
+            futures::executor::block_on(renamer.rename(chunks, "0.tmp.partial", chunks, "0", false)).unwrap()
+        });
+        let ino = fs.lookup(chunks, "0").await.unwrap().ino;
+        let opened = fs.open(ino, true, true).await.unwrap();
+        assert!(!hooks::waiting(Point::Held), "the rename ran");
+        assert_eq!(read(&fs, chunks, "0").await, b"new!");
+        fs.write_back(true).await.unwrap();
+        assert_eq!(stored(&store, "0").await, b"new!", "the renamed file was committed");
+        fs.release(opened).await;
     }
 }

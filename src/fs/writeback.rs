@@ -123,13 +123,17 @@ impl Fs {
     /// any more. Write-back leaves it alone until it is closed (its close defers it anew) or
     /// fsynced: committed meanwhile, it could be stored half-written (emptied by O_TRUNC, the new
     /// bytes not there yet), and a crash before the next commit would leave that in its shard.
-    pub(super) fn reopened(&self, path: &str) {
+    /// Only if `file`, the one the new handle holds, is still the file at `path`: an open
+    /// that no lock orders against renames may find another one there by now, renamed onto
+    /// the name (whose mark taken, it would never be committed, nor fsynced).
+    pub(super) fn reopened(&self, path: &str, file: &Arc<WriteFile>) {
         if self.writeback.is_none() {
             return;
         }
-        let was = self
-            .inodes
-            .with_file(path, |w| w.pending.take().map(|_| w.sink.clone()));
+        let was = self.inodes.with_file(path, |w| {
+            let mine = Arc::ptr_eq(&w.file, file);
+            mine.then(|| w.pending.take().map(|_| w.sink.clone())).flatten()
+        });
         if let Some(Some(sink)) = was {
             self.undefer(&sink);
         }
@@ -318,7 +322,7 @@ impl Fs {
         self.inodes.drop_committed(&due.path, &file);
         drop(due.state);
         #[cfg(test)]
-        tests::content_released();
+        super::hooks::reached(super::hooks::Point::ContentReleased);
         if was_pending {
             self.undefer(&sink);
         }
@@ -346,28 +350,17 @@ impl Fs {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
     use std::sync::Arc;
     use std::time::Duration;
 
     use bytes::Bytes;
 
+    use crate::fs::hooks::{self, Point};
     use crate::fs::inodes::ROOT_INO;
     use crate::fs::{Fs, FsConfig};
     use crate::store::memory::MemoryStore;
     use crate::store::{GetOptions, Store};
     use crate::view::{View, ViewOptions};
-
-    thread_local! {
-        /// Run by a commit of write-back once it released the file's content.
-        static RELEASED: RefCell<Option<Box<dyn FnMut()>>> = const { RefCell::new(None) };
-    }
-
-    pub(super) fn content_released() {
-        if let Some(mut hook) = RELEASED.with(|h| h.borrow_mut().take()) {
-            hook();
-        }
-    }
 
     async fn stored(store: &MemoryStore) -> Bytes {
         store.get("f.bin", GetOptions::default()).await.unwrap().unwrap().bytes
@@ -397,10 +390,8 @@ mod tests {
         rewrite(&fs, ino, b"one").await;
         assert_eq!(stored(&store).await, "old", "deferred");
         let writer = fs.clone();
-        RELEASED.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move || {
-                futures::executor::block_on(rewrite(&writer, ino, b"two"));
-            }))
+        hooks::at(Point::ContentReleased, move || {
+            futures::executor::block_on(rewrite(&writer, ino, b"two"))
         });
         fs.write_back(true).await.unwrap();
         assert_eq!(stored(&store).await, "one");
