@@ -6,6 +6,8 @@
 #
 # Usage: scripts/dev/model_campaign.sh [FIRST-LAST] [SECONDS]   (default 1-200, 6 s)
 # Env:   ZARRFS_BIN   binary (default target/release/zarrfs, built if missing)
+#        ZARRFS_MODEL_OPTIONS  more mount options, e.g. "--write-back-delay 0.05" (then one
+#                     mount per seed)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
