@@ -54,7 +54,7 @@ impl Fs {
         // The file held at the name once this handle holds it: another open may have put its
         // own there since it was looked for above.
         let (held_ino, file) = self.inodes.open_file(&path, file, sink);
-        self.reopened(&path, &file);
+        self.reopened(held_ino, &file);
         if let Err(e) = file.state.lock().await.truncate() {
             self.inodes.close_file(held_ino, &file);
             return Err(e.into());
@@ -134,7 +134,7 @@ impl Fs {
         #[cfg(test)]
         super::hooks::reached(super::hooks::Point::Held);
         if can_write {
-            self.reopened(at.path(), &file);
+            self.reopened(ino, &file);
         }
         if truncate {
             if let Err(e) = file.state.lock().await.truncate() {

@@ -105,10 +105,7 @@ impl Fs {
     /// A file of this sink was marked pending: count it in its batch (a chunk's shard); wake
     /// the flusher if the batch is now complete. (Undone by [`Fs::undefer`].)
     pub(super) fn count_pending(&self, sink: &Sink) {
-        let (Some(wb), Sink::Commit(target)) = (&self.writeback, sink) else {
-            return;
-        };
-        let Some(batch) = target.batch() else { return };
+        let Some((wb, batch)) = self.batch_of(sink) else { return };
         let mut batches = wb.batches();
         let capacity = batch.capacity;
         let (count, last) = batches.entry(batch).or_insert((0, Instant::now()));
@@ -119,32 +116,34 @@ impl Fs {
         }
     }
 
+    /// The batch a pending file of this sink counts in, on a write-back mount.
+    fn batch_of(&self, sink: &Sink) -> Option<(&WriteBack, Batch)> {
+        let (Some(wb), Sink::Commit(target)) = (&self.writeback, sink) else {
+            return None;
+        };
+        Some((wb, target.batch()?))
+    }
+
     /// A file is opened for writing: if it was pending, it is being written again, not pending
     /// any more. Write-back leaves it alone until it is closed (its close defers it anew) or
     /// fsynced: committed meanwhile, it could be stored half-written (emptied by O_TRUNC, the new
     /// bytes not there yet), and a crash before the next commit would leave that in its shard.
-    /// Only if `file`, the one the new handle holds, is still the file at `path`: an open
-    /// that no lock orders against renames may find another one there by now, renamed onto
-    /// the name (whose mark taken, it would never be committed, nor fsynced).
-    pub(super) fn reopened(&self, path: &str, file: &Arc<WriteFile>) {
+    /// The mark taken is that of `file`, the one the new handle holds at inode `ino`, not of
+    /// whatever file its path holds: no lock orders an open against renames, so by now the
+    /// name may hold another file renamed onto it (whose mark taken, it would never be
+    /// committed, nor fsynced), and this one may have been renamed elsewhere.
+    pub(super) fn reopened(&self, ino: u64, file: &Arc<WriteFile>) {
         if self.writeback.is_none() {
             return;
         }
-        let was = self.inodes.with_file(path, |w| {
-            let mine = Arc::ptr_eq(&w.file, file);
-            mine.then(|| w.pending.take().map(|_| w.sink.clone())).flatten()
-        });
-        if let Some(Some(sink)) = was {
+        if let Some(sink) = self.inodes.take_pending(ino, file) {
             self.undefer(&sink);
         }
     }
 
     /// A pending file is no longer held (committed, or unlinked).
     pub(super) fn undefer(&self, sink: &Sink) {
-        let (Some(wb), Sink::Commit(target)) = (&self.writeback, sink) else {
-            return;
-        };
-        let Some(batch) = target.batch() else { return };
+        let Some((wb, batch)) = self.batch_of(sink) else { return };
         let mut batches = wb.batches();
         if let Some((count, _)) = batches.get_mut(&batch) {
             *count = count.saturating_sub(1);

@@ -227,6 +227,15 @@ impl InodeTable {
         (replaced, was_pending)
     }
 
+    /// Take the pending mark of `file`, held at inode `ino` wherever its name is now (a rename
+    /// moves it with its inode); the sink it was pending for.
+    pub fn take_pending(&self, ino: u64, file: &Arc<WriteFile>) -> Option<Sink> {
+        match self.lock().held.get_mut(&ino)? {
+            Local::File(w) if Arc::ptr_eq(&w.file, file) => w.pending.take().map(|_| w.sink.clone()),
+            _ => None,
+        }
+    }
+
     /// Change the file held at `path` in place; `None` if there is none.
     pub fn with_file<T>(&self, path: &str, f: impl FnOnce(&mut Written) -> T) -> Option<T> {
         self.lock().written(path).map(f)
